@@ -1,0 +1,22 @@
+"""gsnb: 3D Gaussian Splatting from a Jupyter notebook.
+
+``%load_ext gsnb`` registers the notebook magics (``%gs_build``, ``%gs_doctor``, ...).
+:func:`render` renders Gaussians with the CUDA rasterizer or the PyTorch reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gsnb.render import RenderMeta, RenderResult, render
+
+__version__ = "0.1.0"
+
+__all__ = ["RenderMeta", "RenderResult", "__version__", "load_ipython_extension", "render"]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register gsnb's magics: ``%load_ext gsnb``."""
+    from gsnb.notebook.magics import register_magics
+
+    register_magics(ipython)

@@ -1,0 +1,56 @@
+"""The ``gsnb`` command line: ``gsnb doctor | build | train | export | video | demo``.
+
+Each command lives in the module of the feature it drives; a module is
+imported only when its command runs, so ``gsnb --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# command -> (module, function prefix, one-line help). The module defines
+# ``<prefix>_arguments(parser)`` and ``<prefix>(args) -> int``.
+COMMANDS: dict[str, tuple[str, str, str]] = {}
+
+
+def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only the ``chosen`` command's module is imported."""
+    parser = argparse.ArgumentParser(
+        prog="gsnb", description="3D Gaussian Splatting from a Jupyter notebook."
+    )
+    parser.add_argument("--version", action="store_true", help="print gsnb's version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, prefix, text) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=text, description=text)
+        if name == chosen:
+            getattr(importlib.import_module(module), f"{prefix}_arguments")(command_parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``gsnb``; returns the process exit code."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in args_in if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in COMMANDS else None)
+    args = parser.parse_args(args_in)
+    if args.version:
+        from gsnb import __version__
+
+        print(f"gsnb {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    module, prefix, _ = COMMANDS[args.command]
+    try:
+        return int(getattr(importlib.import_module(module), prefix)(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""``GaussianModel``: the trainable parameters of a scene, stored as the INRIA PLY stores them."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from gsnb.render import RenderResult, render
+from gsnb.render.sh import num_sh_bases, rgb_to_sh0, sh_degree_from_bases
+from gsnb.utils.atomic import atomic_write
+
+SPLAT_KEYS = ("means", "quats", "scales", "opacities", "sh0", "shN")
+
+
+class GaussianModel(nn.Module):
+    """A set of 3D Gaussians with INRIA's parameterisation.
+
+    ``model.splats`` is an ``nn.ParameterDict`` holding
+
+    - ``means [N, 3]`` centres,
+    - ``quats [N, 4]`` raw rotations (wxyz, unnormalised),
+    - ``scales [N, 3]`` log standard deviations,
+    - ``opacities [N]`` logits,
+    - ``sh0 [N, 1, 3]`` degree-0 SH coefficients,
+    - ``shN [N, K - 1, 3]`` higher SH coefficients, ``K = (sh_degree + 1) ** 2``.
+
+    Example:
+        >>> import torch
+        >>> from gsnb.model import GaussianModel
+        >>> model = GaussianModel.from_points(torch.rand(100, 3), torch.rand(100, 3), sh_degree=1)
+        >>> model.num_gaussians, model.sh_degree, tuple(model.splats["shN"].shape)
+        (100, 1, (100, 3, 3))
+    """
+
+    def __init__(self, splats: dict[str, Tensor]) -> None:
+        super().__init__()
+        missing = [k for k in SPLAT_KEYS if k not in splats]
+        if missing:
+            raise ValueError(f"GaussianModel needs tensors {SPLAT_KEYS}; missing {missing}")
+        n = splats["means"].shape[0]
+        expected = {"means": (n, 3), "quats": (n, 4), "scales": (n, 3), "opacities": (n,)}
+        for key, shape in expected.items():
+            if tuple(splats[key].shape) != shape:
+                raise ValueError(f"{key} has shape {list(splats[key].shape)}; expected {list(shape)}")
+        if tuple(splats["sh0"].shape) != (n, 1, 3):
+            raise ValueError(f"sh0 has shape {list(splats['sh0'].shape)}; expected [{n}, 1, 3]")
+        shn = splats["shN"]
+        if shn.dim() != 3 or shn.shape[0] != n or shn.shape[2] != 3:
+            raise ValueError(f"shN has shape {list(shn.shape)}; expected [{n}, K-1, 3]")
+        sh_degree_from_bases(shn.shape[1] + 1)
+        self.splats = nn.ParameterDict({k: nn.Parameter(splats[k].detach().clone()) for k in SPLAT_KEYS})
+
+    @classmethod
+    def from_points(
+        cls,
+        points: Tensor,
+        rgb: Tensor,
+        sh_degree: int = 3,
+        init_opacity: float = 0.1,
+        init_scale: float = 1.0,
+        knn: int = 3,
+    ) -> GaussianModel:
+        """Gaussians centred on ``points [P, 3]`` with colours ``rgb [P, 3]`` in [0, 1].
+
+        Each scale is ``init_scale`` times the RMS distance to the ``knn`` nearest
+        neighbours (isotropic), rotations are identity and opacities ``init_opacity``.
+        """
+        points = torch.as_tensor(points, dtype=torch.float32)
+        rgb = torch.as_tensor(rgb, dtype=torch.float32)
+        if points.dim() != 2 or points.shape[1] != 3 or points.shape[0] == 0:
+            raise ValueError(f"points has shape {list(points.shape)}; expected a non-empty [P, 3]")
+        if rgb.shape != points.shape:
+            raise ValueError(f"rgb has shape {list(rgb.shape)}; expected {list(points.shape)}")
+        if not bool(torch.isfinite(points).all()):
+            raise ValueError("points hold NaN or Inf values; clean the point cloud first")
+        n = points.shape[0]
+        dist = knn_distances(points, knn)
+        scales = torch.log(dist.clamp_min(1e-7) * init_scale)[:, None].repeat(1, 3)
+        quats = torch.zeros(n, 4)
+        quats[:, 0] = 1.0
+        opac = torch.full((n,), math.log(init_opacity / (1.0 - init_opacity)))
+        sh0 = rgb_to_sh0(rgb.clamp(0.0, 1.0))[:, None, :]
+        shn = torch.zeros(n, num_sh_bases(sh_degree) - 1, 3)
+        splats = {"means": points, "quats": quats, "scales": scales, "opacities": opac}
+        return cls(splats | {"sh0": sh0, "shN": shn})
+
+    @property
+    def num_gaussians(self) -> int:
+        """Number of Gaussians ``N``."""
+        return self.splats["means"].shape[0]
+
+    @property
+    def sh_degree(self) -> int:
+        """The SH degree the coefficients can hold."""
+        return sh_degree_from_bases(self.splats["shN"].shape[1] + 1)
+
+    def activated(self) -> dict[str, Tensor]:
+        """Render-ready tensors: unit-free ``scales``, opacities in [0, 1], SH ``colors [N, K, 3]``."""
+        s = self.splats
+        return {
+            "means": s["means"],
+            "quats": s["quats"],
+            "scales": torch.exp(s["scales"]),
+            "opacities": torch.sigmoid(s["opacities"]),
+            "colors": torch.cat([s["sh0"], s["shN"]], dim=1),
+        }
+
+    def render(
+        self, viewmats: Tensor, Ks: Tensor, width: int, height: int, **kwargs: Any
+    ) -> RenderResult:
+        """Render through :func:`gsnb.render`; ``kwargs`` pass through (``sh_degree``, ``backgrounds``, ...)."""
+        a = self.activated()
+        return render(
+            a["means"], a["quats"], a["scales"], a["opacities"], a["colors"],
+            viewmats, Ks, width, height, **kwargs,
+        )  # fmt: skip
+
+    def save(self, path: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
+        """Write a checkpoint atomically (``torch.save`` into a temporary file, then rename)."""
+        payload = {"format": "gsnb-model-1", "splats": {k: v.detach().cpu() for k, v in self.splats.items()}}
+        if extra:
+            payload["extra"] = extra
+        with atomic_write(path, "wb") as handle:
+            torch.save(payload, handle)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> GaussianModel:
+        """Read a checkpoint written by :meth:`save` (tensors only: ``weights_only=True``)."""
+        try:
+            payload = torch.load(path, map_location=map_location, weights_only=True)
+        except FileNotFoundError:
+            raise
+        except Exception as err:
+            raise ValueError(f"{path} is not a readable gsnb checkpoint: {err}") from err
+        if not isinstance(payload, dict) or payload.get("format") != "gsnb-model-1":
+            raise ValueError(f"{path} is not a gsnb model checkpoint (no 'gsnb-model-1' format tag)")
+        return cls(payload["splats"])
+
+
+def knn_distances(points: Tensor, k: int = 3) -> Tensor:
+    """RMS distance ``[P]`` from each point to its ``k`` nearest other points (scipy cKDTree)."""
+    from scipy.spatial import cKDTree
+
+    pts = points.detach().cpu().double().numpy()
+    k_eff = min(k, max(len(pts) - 1, 0))
+    if k_eff == 0:
+        return torch.ones(len(pts), dtype=points.dtype)
+    dist, _ = cKDTree(pts).query(pts, k=k_eff + 1)
+    rms = np.sqrt(np.mean(np.asarray(dist)[:, 1:] ** 2, axis=1))
+    return torch.as_tensor(rms, dtype=points.dtype)

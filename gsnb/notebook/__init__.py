@@ -1,0 +1,1 @@
+"""Notebook layer: IPython magics, the training panel and plotly figures."""

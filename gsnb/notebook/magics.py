@@ -1,0 +1,19 @@
+"""Registers gsnb's IPython magics (``%load_ext gsnb``).
+
+Each feature keeps its magics in its own module of this package; this list
+names them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# (module, Magics subclass) pairs registered by ``%load_ext gsnb``.
+MAGICS: list[tuple[str, str]] = []
+
+
+def register_magics(ipython: Any) -> None:
+    """Register every magics class of :data:`MAGICS` with ``ipython``."""
+    for module, name in MAGICS:
+        ipython.register_magics(getattr(importlib.import_module(module), name))

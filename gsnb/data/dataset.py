@@ -1,0 +1,242 @@
+"""``load_dataset``: posed photos (COLMAP, transforms.json) as ``View``s, splits, points."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gsnb.data.camera import Camera, SceneFiles
+from gsnb.data.images import ImagePipeline
+
+# How many random initial points a dataset without points3D gets.
+RANDOM_POINTS = 20_000
+
+
+@dataclass(frozen=True)
+class View:
+    """One posed photo, already undistorted and downscaled.
+
+    ``K [3, 3]`` float32 pinhole intrinsics and ``viewmat [4, 4]`` float32
+    world-to-camera (OpenCV axes: +x right, +y down, +z forward) describe the
+    image ``load_image()`` returns (``[height, width, 3]`` float32 in [0, 1],
+    RGBA composited over the dataset background). Processed images are cached
+    on disk, so ``load_image`` is cheap after its first call.
+
+    Example:
+        >>> import torch
+        >>> from pathlib import Path
+        >>> v = View("a.png", Path("a.png"), 64, 48, torch.eye(3), torch.eye(4))
+        >>> v.camera_center.tolist()
+        [0.0, 0.0, 0.0]
+    """
+
+    name: str
+    image_path: Path
+    width: int
+    height: int
+    K: torch.Tensor = field(compare=False)
+    viewmat: torch.Tensor = field(compare=False)
+    pipeline: ImagePipeline | None = field(default=None, repr=False, compare=False)
+
+    def load_image(self) -> torch.Tensor:
+        """``[height, width, 3]`` float32 in [0, 1] on the CPU."""
+        pipeline = self.pipeline if self.pipeline is not None else ImagePipeline(_file_camera(self))
+        return torch.from_numpy(pipeline.load(self.image_path))
+
+    @property
+    def camera_center(self) -> torch.Tensor:
+        """``[3]`` camera position in world space: ``-R^T t``."""
+        rot, t = self.viewmat[:3, :3], self.viewmat[:3, 3]
+        return -(rot.T @ t)
+
+
+@dataclass
+class SceneDataset:
+    """Posed views with a train/test split, initial points, scene centre and extent.
+
+    ``views`` are sorted by name; ``test_ids`` are every ``test_every``-th view
+    (``i % test_every == 0``, INRIA's convention) and ``train_ids`` the rest.
+    ``points [P, 3]`` float32 and ``points_rgb [P, 3]`` in [0, 1] seed the
+    Gaussians. ``center [3]`` is the mean of the training cameras' centres and
+    ``extent`` 1.1 times their largest distance from it (INRIA's radius).
+
+    Example:
+        >>> import tempfile
+        >>> from gsnb.data.synthetic import make_synthetic_scene
+        >>> root = make_synthetic_scene(tempfile.mkdtemp(), num_views=8, size=32)
+        >>> ds = load_dataset(root, test_every=4)
+        >>> len(ds.train), len(ds.test), tuple(ds.train[0].load_image().shape)
+        (6, 2, (32, 32, 3))
+    """
+
+    root: Path
+    views: list[View]
+    train_ids: list[int]
+    test_ids: list[int]
+    points: torch.Tensor
+    points_rgb: torch.Tensor
+    center: torch.Tensor
+    extent: float
+    background: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    @property
+    def train(self) -> list[View]:
+        """The training views."""
+        return [self.views[i] for i in self.train_ids]
+
+    @property
+    def test(self) -> list[View]:
+        """The held-out views."""
+        return [self.views[i] for i in self.test_ids]
+
+    def __repr__(self) -> str:
+        return (
+            f"SceneDataset({str(self.root)!r}, {len(self.views)} views "
+            f"({len(self.train_ids)} train, {len(self.test_ids)} test), "
+            f"{self.points.shape[0]} points, extent {self.extent:.3g})"
+        )
+
+
+def load_dataset(
+    path: str | Path,
+    *,
+    downscale: int = 1,
+    test_every: int = 8,
+    cache_dir: Path | None = None,
+) -> SceneDataset:
+    """Read a COLMAP model or a ``transforms.json`` dataset under ``path``.
+
+    COLMAP is found as ``sparse/0/`` or ``sparse/`` holding ``cameras.bin`` or
+    ``cameras.txt`` (images under ``images/``); otherwise ``transforms.json``
+    (instant-ngp, NeRF-synthetic), or NeRF-synthetic's ``transforms_train.json``
+    with ``transforms_test.json`` (whose frames then form the test split).
+    ``path`` may also name a ``transforms*.json`` file.
+
+    Images are downscaled by the integer ``downscale`` and undistorted if their
+    camera is distorted; the results are cached under ``cache_dir`` (default
+    ``<path>/.gsnb-cache``, or ``~/.cache/gsnb`` when ``path`` is read-only).
+    ``test_every = 0`` puts every view in the training set.
+
+    Example:
+        >>> import tempfile
+        >>> from gsnb.data.synthetic import make_synthetic_scene
+        >>> ds = load_dataset(make_synthetic_scene(tempfile.mkdtemp(), num_views=4, size=16))
+        >>> len(ds.views), ds.test_ids
+        (4, [0])
+    """
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise FileNotFoundError(f"dataset {root} does not exist")
+    if isinstance(downscale, bool) or not isinstance(downscale, int) or downscale < 1:
+        raise ValueError(f"downscale must be an integer >= 1, got {downscale!r}")
+    if test_every < 0:
+        raise ValueError(f"test_every must be >= 0, got {test_every}")
+    files = _read_files(root)
+    folder = root if root.is_dir() else root.parent
+    cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir(folder)
+    return build_dataset(files, downscale=downscale, test_every=test_every, cache_dir=cache)
+
+
+def build_dataset(
+    files: SceneFiles, *, downscale: int = 1, test_every: int = 8, cache_dir: Path | None = None
+) -> SceneDataset:
+    """A ``SceneDataset`` from what a reader found (see ``load_dataset``)."""
+    from gsnb.data.points import check_points, random_frustum_points
+
+    if not files.images:
+        raise ValueError(f"dataset {files.root} has no images; nothing to train on")
+    images = sorted(files.images, key=lambda im: im.name)
+    pipelines: dict = {}
+    views = []
+    for im in images:
+        key = im.camera
+        if key not in pipelines:
+            pipelines[key] = ImagePipeline(im.camera, downscale, files.background, cache_dir)
+        pipe = pipelines[key]
+        views.append(
+            View(
+                name=im.name,
+                image_path=im.image_path,
+                width=pipe.width,
+                height=pipe.height,
+                K=torch.tensor(pipe.K, dtype=torch.float32),
+                viewmat=torch.tensor(im.viewmat, dtype=torch.float32),
+                pipeline=pipe,
+            )
+        )
+    test_ids = _test_ids([v.name for v in views], test_every, files.test_names)
+    train_ids = [i for i in range(len(views)) if i not in set(test_ids)]
+    centers = np.stack([_center(im.viewmat) for im in images])
+    fit = centers[train_ids] if train_ids else centers
+    center = fit.mean(axis=0)
+    radius = float(np.linalg.norm(fit - center, axis=1).max()) * 1.1
+    extent = radius if radius > 1e-8 else 1.0  # one camera: no spread to measure
+    if files.points is None:
+        points, rgb = random_frustum_points(
+            [views[i] for i in train_ids or range(len(views))], center, extent, RANDOM_POINTS
+        )
+    else:
+        points, rgb = files.points, files.points_rgb
+    points, rgb = check_points(points, rgb, source=str(files.root))
+    return SceneDataset(
+        root=files.root,
+        views=views,
+        train_ids=train_ids,
+        test_ids=test_ids,
+        points=torch.tensor(points, dtype=torch.float32),
+        points_rgb=torch.tensor(rgb, dtype=torch.float32),
+        center=torch.tensor(center, dtype=torch.float32),
+        extent=extent,
+        background=files.background,
+    )
+
+
+def _read_files(root: Path) -> SceneFiles:
+    from gsnb.data.colmap import find_colmap_model, read_colmap_scene
+    from gsnb.data.transforms import find_transforms, read_transforms_scene
+
+    if root.is_file():
+        if root.suffix == ".json":
+            return read_transforms_scene(root)
+        raise ValueError(f"{root} is a file but not a transforms.json; pass the dataset folder")
+    model = find_colmap_model(root)
+    if model is not None:
+        return read_colmap_scene(root, model)
+    transforms = find_transforms(root)
+    if transforms is not None:
+        return read_transforms_scene(*transforms)
+    raise FileNotFoundError(
+        f"no dataset found in {root}: expected a COLMAP model (sparse/0/cameras.bin or .txt) "
+        "or a transforms.json"
+    )
+
+
+def _test_ids(names: list[str], test_every: int, test_names: set[str] | None) -> list[int]:
+    if test_every == 0:
+        return []
+    if test_names is not None:
+        return [i for i, n in enumerate(names) if n in test_names]
+    return [i for i in range(len(names)) if i % test_every == 0]
+
+
+def _center(viewmat: np.ndarray) -> np.ndarray:
+    return -viewmat[:3, :3].T @ viewmat[:3, 3]
+
+
+def _default_cache_dir(folder: Path) -> Path:
+    if os.access(folder, os.W_OK):
+        return folder / ".gsnb-cache"
+    digest = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:12]
+    return Path.home() / ".cache" / "gsnb" / f"{folder.name}-{digest}"
+
+
+def _file_camera(view: View) -> Camera:
+    k = view.K.double()
+    return Camera(
+        view.width, view.height, float(k[0, 0]), float(k[1, 1]), float(k[0, 2]), float(k[1, 2])
+    )

@@ -1,0 +1,257 @@
+"""Image loading: EXIF orientation, RGBA compositing, undistortion, downscaling, disk cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import cv2
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from gsnb.data.camera import Camera
+from gsnb.utils.atomic import atomic_write
+
+# Bump when the pipeline's output changes, so old cache files are not reused.
+CACHE_VERSION = 1
+# EXIF orientations 5..8 rotate by 90 degrees, swapping width and height.
+_SWAPPING_ORIENTATIONS = {5, 6, 7, 8}
+
+
+def _open(path: Path) -> Image.Image:
+    if not path.is_file():
+        raise FileNotFoundError(f"image {path} does not exist; check the dataset's image folder")
+    try:
+        img = Image.open(path)
+        img.load()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        raise ValueError(
+            f"cannot decode image {path} ({err}); the file is corrupt or not an image: "
+            "re-export it or remove it from the dataset"
+        ) from err
+    return img
+
+
+def image_size(path: str | Path) -> tuple[int, int]:
+    """``(width, height)`` of an image as displayed (EXIF orientation applied), from its header.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from PIL import Image
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.png"
+        >>> Image.new("RGB", (4, 3)).save(p)
+        >>> image_size(p)
+        (4, 3)
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image {path} does not exist; check the dataset's image folder")
+    try:
+        with Image.open(path) as img:
+            w, h = img.size
+            orientation = img.getexif().get(0x0112, 1)
+    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+        raise ValueError(
+            f"cannot read the header of image {path} ({err}); the file is corrupt"
+        ) from err
+    return (h, w) if orientation in _SWAPPING_ORIENTATIONS else (w, h)
+
+
+def read_image(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarray:
+    """Decode an image to ``[H, W, C]`` float32 in [0, 1], ``C`` = 3 (RGB) or 4 (RGBA).
+
+    EXIF orientation is applied. If ``size = (width, height)`` is given and only
+    the file's stored (un-rotated) size matches it, the orientation tag is
+    ignored: the poses were computed on the stored pixels.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from PIL import Image
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.png"
+        >>> Image.new("RGBA", (4, 3), (255, 0, 0, 128)).save(p)
+        >>> im = read_image(p)
+        >>> im.shape, float(im[0, 0, 3].round(2))
+        ((3, 4, 4), 0.5)
+    """
+    path = Path(path)
+    img = _open(path)
+    upright = ImageOps.exif_transpose(img)
+    if size is not None and upright.size != tuple(size):
+        if img.size != tuple(size):
+            raise ValueError(
+                f"image {path} is {upright.size[0]}x{upright.size[1]} but its camera says "
+                f"{size[0]}x{size[1]}; the images do not belong to these cameras"
+            )
+        upright = img
+    if upright.mode in ("I;16", "I;16B", "I;16L", "I"):
+        gray = np.asarray(upright, dtype=np.float32) / 65535.0
+        return np.repeat(gray[..., None], 3, axis=2).clip(0.0, 1.0)
+    has_alpha = upright.mode in ("RGBA", "LA", "PA") or "transparency" in upright.info
+    arr = np.asarray(upright.convert("RGBA" if has_alpha else "RGB"), dtype=np.float32)
+    return arr / 255.0
+
+
+def composite(image: np.ndarray, background: tuple[float, float, float]) -> np.ndarray:
+    """``[H, W, 3]`` RGB: an RGBA ``image`` laid over a constant ``background``; RGB passes through.
+
+    Example:
+        >>> import numpy as np
+        >>> composite(np.array([[[1.0, 0.0, 0.0, 0.5]]]), (0.0, 0.0, 1.0)).tolist()
+        [[[0.5, 0.0, 0.5]]]
+    """
+    if image.shape[-1] == 3:
+        return image
+    rgb, alpha = image[..., :3], image[..., 3:4]
+    return rgb * alpha + np.asarray(background, dtype=image.dtype) * (1.0 - alpha)
+
+
+def scaled_size(width: int, height: int, factor: int) -> tuple[int, int]:
+    """Image size after downscaling by ``factor`` (rounded, at least 1 pixel).
+
+    Example:
+        >>> scaled_size(1080, 1920, 8)
+        (135, 240)
+    """
+    if factor < 1:
+        raise ValueError(f"downscale factor must be an integer >= 1, got {factor}")
+    return max(1, round(width / factor)), max(1, round(height / factor))
+
+
+@dataclass(frozen=True)
+class ImagePipeline:
+    """How one camera's photos become training images: undistort, downscale, composite, cache.
+
+    ``camera`` describes the original files. ``K``, ``width`` and ``height`` are
+    the pinhole intrinsics and size of the output. Distorted cameras are
+    undistorted at full resolution with OpenCV (``getOptimalNewCameraMatrix``
+    with ``alpha=0``, so every output pixel sees the scene), then images are
+    area-averaged down by ``downscale``. Results are cached as PNG under
+    ``cache_dir`` (when given), keyed by file, camera, factor and background.
+
+    Example:
+        >>> pipe = ImagePipeline(Camera(64, 48, 50.0, 50.0, 32.0, 24.0), downscale=2)
+        >>> pipe.width, pipe.height, pipe.K[0].tolist()
+        (32, 24, [25.0, 0.0, 16.0])
+    """
+
+    camera: Camera
+    downscale: int = 1
+    background: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    cache_dir: Path | None = None
+
+    @cached_property
+    def _undistorted_K(self) -> np.ndarray:
+        """``[3, 3]`` pinhole matrix of the undistorted full-resolution image."""
+        cam = self.camera
+        if not cam.is_distorted:
+            return cam.K
+        # OpenCV puts pixel centres at integers, gsnb at i + 0.5: shift in and out.
+        new_k, _ = cv2.getOptimalNewCameraMatrix(
+            _to_opencv(cam.K), np.asarray(cam.distortion), (cam.width, cam.height), 0.0
+        )
+        return _from_opencv(new_k)
+
+    @property
+    def width(self) -> int:
+        """Output width in pixels."""
+        return scaled_size(self.camera.width, self.camera.height, self.downscale)[0]
+
+    @property
+    def height(self) -> int:
+        """Output height in pixels."""
+        return scaled_size(self.camera.width, self.camera.height, self.downscale)[1]
+
+    @property
+    def K(self) -> np.ndarray:
+        """``[3, 3]`` float64 pinhole intrinsics of the output images."""
+        k = self._undistorted_K.copy()
+        k[0] *= self.width / self.camera.width
+        k[1] *= self.height / self.camera.height
+        return k
+
+    @property
+    def changes_pixels(self) -> bool:
+        """Whether output pixels differ from the file's (then results are worth caching)."""
+        return self.downscale > 1 or self.camera.is_distorted
+
+    def cache_path(self, path: Path) -> Path | None:
+        """Where the processed ``path`` is cached, or None without a cache."""
+        if self.cache_dir is None or not self.changes_pixels:
+            return None
+        stat = path.stat()
+        key = json.dumps(
+            [
+                CACHE_VERSION,
+                str(path.resolve()),
+                stat.st_size,
+                stat.st_mtime_ns,
+                self.camera.__dict__,
+                self.downscale,
+                list(self.background),
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+        return self.cache_dir / f"{path.stem}-{digest}.png"
+
+    def load(self, path: str | Path) -> np.ndarray:
+        """``[height, width, 3]`` float32 in [0, 1]: the processed image (cached when possible)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"image {path} does not exist; check the dataset's image folder"
+            )
+        cached = self.cache_path(path)
+        if cached is not None and cached.is_file():
+            try:
+                with Image.open(cached) as img:
+                    arr = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+                if arr.shape[:2] == (self.height, self.width):
+                    return arr
+            except (OSError, SyntaxError, ValueError):
+                pass  # an unreadable cache entry is rebuilt below
+        image = self.process(read_image(path, (self.camera.width, self.camera.height)))
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_write(cached) as handle:
+                Image.fromarray(_to_uint8(image)).save(handle, format="PNG")
+            image = _to_uint8(image).astype(np.float32) / 255.0  # the same pixels as a cache hit
+        return image
+
+    def process(self, image: np.ndarray) -> np.ndarray:
+        """Composite, undistort and downscale a decoded ``[H, W, C]`` image of this camera."""
+        rgb = composite(image, self.background).astype(np.float32)
+        cam = self.camera
+        if cam.is_distorted:
+            map_x, map_y = cv2.initUndistortRectifyMap(
+                _to_opencv(cam.K),
+                np.asarray(cam.distortion),
+                None,
+                _to_opencv(self._undistorted_K),
+                (cam.width, cam.height),
+                cv2.CV_32FC1,
+            )
+            rgb = cv2.remap(rgb, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        if (self.width, self.height) != (cam.width, cam.height):
+            rgb = cv2.resize(rgb, (self.width, self.height), interpolation=cv2.INTER_AREA)
+        return np.ascontiguousarray(rgb.clip(0.0, 1.0), dtype=np.float32)
+
+
+def _to_opencv(k: np.ndarray) -> np.ndarray:
+    out = np.array(k, dtype=np.float64)
+    out[:2, 2] -= 0.5
+    return out
+
+
+def _from_opencv(k: np.ndarray) -> np.ndarray:
+    out = np.array(k, dtype=np.float64)
+    out[:2, 2] += 0.5
+    return out
+
+
+def _to_uint8(image: np.ndarray) -> np.ndarray:
+    return (image.clip(0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)

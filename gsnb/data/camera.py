@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,3 +126,26 @@ class SceneFiles:
     points_rgb: np.ndarray | None = None
     background: tuple[float, float, float] = (0.0, 0.0, 0.0)
     test_names: set[str] | None = None
+
+
+def drop_missing_images(images: list[PosedImage], image_dir: Path) -> list[PosedImage]:
+    """The images whose file exists; one warning counts the others, and none left is an error.
+
+    Example:
+        >>> drop_missing_images([], Path("."))
+        []
+    """
+    kept = [im for im in images if im.image_path.is_file()]
+    missing = len(images) - len(kept)
+    if images and not kept:
+        raise FileNotFoundError(
+            f"none of the {len(images)} images of the dataset exist (looked for "
+            f"{images[0].image_path}, ...); check the image folder {image_dir}"
+        )
+    if missing:
+        warnings.warn(
+            f"{missing} of {len(images)} images are missing under {image_dir} and were skipped "
+            f"(first: {next(im.name for im in images if not im.image_path.is_file())})",
+            stacklevel=3,
+        )
+    return kept

@@ -60,6 +60,26 @@ def image_size(path: str | Path) -> tuple[int, int]:
     return (h, w) if orientation in _SWAPPING_ORIENTATIONS else (w, h)
 
 
+def image_has_alpha(path: str | Path) -> bool:
+    """Whether an image file has an alpha channel (or a transparent palette entry), from its header.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from PIL import Image
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.png"
+        >>> Image.new("RGBA", (4, 3)).save(p)
+        >>> image_has_alpha(p)
+        True
+    """
+    try:
+        with Image.open(path) as img:
+            return img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info
+    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+        raise ValueError(
+            f"cannot read the header of image {path} ({err}); the file is corrupt"
+        ) from err
+
+
 def read_image(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarray:
     """Decode an image to ``[H, W, C]`` float32 in [0, 1], ``C`` = 3 (RGB) or 4 (RGBA).
 
@@ -89,7 +109,7 @@ def read_image(path: str | Path, size: tuple[int, int] | None = None) -> np.ndar
     if upright.mode in ("I;16", "I;16B", "I;16L", "I"):
         gray = np.asarray(upright, dtype=np.float32) / 65535.0
         return np.repeat(gray[..., None], 3, axis=2).clip(0.0, 1.0)
-    has_alpha = upright.mode in ("RGBA", "LA", "PA") or "transparency" in upright.info
+    has_alpha = upright.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in upright.info
     arr = np.asarray(upright.convert("RGBA" if has_alpha else "RGB"), dtype=np.float32)
     return arr / 255.0
 

@@ -9,9 +9,10 @@ left unread.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -294,70 +295,62 @@ def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield number, line.rstrip("\r\n")
 
 
-def _text_error(path: Path, number: int, what: str) -> ValueError:
-    return ValueError(f"{path}, line {number}: {what}; the COLMAP text model is malformed")
+def _parse_text(
+    path: Path,
+    usage: str,
+    parse: Callable[[list[str]], Any],
+    *,
+    maxsplit: int = -1,
+    lines_per_record: int = 1,
+) -> Iterator[Any]:
+    """``parse(tokens)`` of every record of a text model file; errors name the line."""
+    lines = _data_lines(path)
+    for number, line in lines:
+        tokens = line.split(maxsplit=maxsplit)
+        if not tokens:
+            continue
+        try:
+            yield parse(tokens)
+        except (ValueError, IndexError) as err:
+            what = f"expected {usage}" if isinstance(err, IndexError) else str(err)
+            raise ValueError(
+                f"{path}, line {number}: {what}; the COLMAP text model is malformed"
+            ) from err
+        for _ in range(lines_per_record - 1):
+            next(lines, None)  # an image's 2D points line
+
+
+def _camera_record(tokens: list[str]) -> tuple[int, tuple[str, int, int, tuple[float, ...]]]:
+    if len(tokens) < 4:
+        raise IndexError("too few values")
+    n = _num_params(tokens[1])
+    if len(tokens) != 4 + n:
+        raise ValueError(f"{tokens[1]} takes {n} parameters, got {len(tokens) - 4}")
+    params = tuple(float(t) for t in tokens[4:])
+    return int(tokens[0]), (tokens[1], int(tokens[2]), int(tokens[3]), params)
+
+
+def _image_record(tokens: list[str]) -> tuple[int, tuple[str, np.ndarray, np.ndarray, int]]:
+    pose = np.array([float(t) for t in tokens[1:8]])
+    return int(tokens[0]), (tokens[9].strip(), pose[:4], pose[4:], int(tokens[8]))
 
 
 def _read_cameras_txt(path: Path) -> dict[int, tuple[str, int, int, tuple[float, ...]]]:
-    cameras = {}
-    for number, line in _data_lines(path):
-        tokens = line.split()
-        if not tokens:
-            continue
-        if len(tokens) < 4:
-            raise _text_error(path, number, "expected CAMERA_ID MODEL WIDTH HEIGHT PARAMS[]")
-        n = _num_params(tokens[1])
-        if len(tokens) != 4 + n:
-            raise _text_error(
-                path, number, f"{tokens[1]} takes {n} parameters, got {len(tokens) - 4}"
-            )
-        try:
-            cameras[int(tokens[0])] = (
-                tokens[1],
-                int(tokens[2]),
-                int(tokens[3]),
-                tuple(float(t) for t in tokens[4:]),
-            )
-        except ValueError as err:
-            raise _text_error(path, number, str(err)) from err
-    return cameras
+    return dict(_parse_text(path, "CAMERA_ID MODEL WIDTH HEIGHT PARAMS[]", _camera_record))
 
 
 def _read_images_txt(path: Path) -> dict[int, tuple[str, np.ndarray, np.ndarray, int]]:
-    images = {}
-    lines = _data_lines(path)
-    for number, line in lines:
-        if not line.strip():
-            continue
-        tokens = line.split(maxsplit=9)
-        if len(tokens) != 10:
-            raise _text_error(path, number, "expected IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME")
-        try:
-            pose = [float(t) for t in tokens[1:8]]
-            images[int(tokens[0])] = (
-                tokens[9].strip(),
-                np.array(pose[:4]),
-                np.array(pose[4:]),
-                int(tokens[8]),
-            )
-        except ValueError as err:
-            raise _text_error(path, number, str(err)) from err
-        next(lines, None)  # the image's 2D points line
-    return images
+    usage = "IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME"
+    return dict(_parse_text(path, usage, _image_record, maxsplit=9, lines_per_record=2))
+
+
+def _point_record(tokens: list[str]) -> list[float]:
+    if len(tokens) < 8:
+        raise IndexError("too few values")
+    return [float(v) for v in tokens[1:7]]
 
 
 def _read_points_txt(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    xyz, rgb = [], []
-    for number, line in _data_lines(path):
-        tokens = line.split()
-        if not tokens:
-            continue
-        if len(tokens) < 8:
-            raise _text_error(path, number, "expected POINT3D_ID X Y Z R G B ERROR TRACK[]")
-        try:
-            xyz.append([float(t) for t in tokens[1:4]])
-            rgb.append([int(t) for t in tokens[4:7]])
-        except ValueError as err:
-            raise _text_error(path, number, str(err)) from err
-    colours = np.clip(np.array(rgb, dtype=np.int64).reshape(-1, 3), 0, 255).astype(np.uint8)
-    return np.array(xyz, dtype=np.float64).reshape(-1, 3), colours
+    rows = list(_parse_text(path, "POINT3D_ID X Y Z R G B ERROR TRACK[]", _point_record))
+    table = np.array(rows, dtype=np.float64).reshape(-1, 6)
+    return table[:, :3], np.clip(table[:, 3:], 0, 255).astype(np.uint8)

@@ -19,6 +19,7 @@ from gsnb.utils.atomic import atomic_write
 CACHE_VERSION = 1
 # EXIF orientations 5..8 rotate by 90 degrees, swapping width and height.
 _SWAPPING_ORIENTATIONS = {5, 6, 7, 8}
+_ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 
 
 def _open(path: Path) -> Image.Image:
@@ -35,6 +36,21 @@ def _open(path: Path) -> Image.Image:
     return img
 
 
+def _header(path: str | Path) -> tuple[tuple[int, int], bool]:
+    """``((width, height) with EXIF orientation applied, has alpha)`` from an image's header."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image {path} does not exist; check the dataset's image folder")
+    try:
+        with Image.open(path) as img:
+            (w, h), mode, info = img.size, img.mode, img.info
+            orientation = img.getexif().get(0x0112, 1)
+    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+        raise ValueError(f"cannot read the header of image {path} ({err}); it is corrupt") from err
+    size = (h, w) if orientation in _SWAPPING_ORIENTATIONS else (w, h)
+    return size, mode in _ALPHA_MODES or "transparency" in info
+
+
 def image_size(path: str | Path) -> tuple[int, int]:
     """``(width, height)`` of an image as displayed (EXIF orientation applied), from its header.
 
@@ -46,22 +62,11 @@ def image_size(path: str | Path) -> tuple[int, int]:
         >>> image_size(p)
         (4, 3)
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"image {path} does not exist; check the dataset's image folder")
-    try:
-        with Image.open(path) as img:
-            w, h = img.size
-            orientation = img.getexif().get(0x0112, 1)
-    except (UnidentifiedImageError, OSError, SyntaxError) as err:
-        raise ValueError(
-            f"cannot read the header of image {path} ({err}); the file is corrupt"
-        ) from err
-    return (h, w) if orientation in _SWAPPING_ORIENTATIONS else (w, h)
+    return _header(path)[0]
 
 
 def image_has_alpha(path: str | Path) -> bool:
-    """Whether an image file has an alpha channel (or a transparent palette entry), from its header.
+    """Whether an image has an alpha channel (or a transparent palette entry), from its header.
 
     Example:
         >>> import tempfile, pathlib
@@ -71,13 +76,7 @@ def image_has_alpha(path: str | Path) -> bool:
         >>> image_has_alpha(p)
         True
     """
-    try:
-        with Image.open(path) as img:
-            return img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info
-    except (UnidentifiedImageError, OSError, SyntaxError) as err:
-        raise ValueError(
-            f"cannot read the header of image {path} ({err}); the file is corrupt"
-        ) from err
+    return _header(path)[1]
 
 
 def read_image(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarray:
@@ -109,7 +108,7 @@ def read_image(path: str | Path, size: tuple[int, int] | None = None) -> np.ndar
     if upright.mode in ("I;16", "I;16B", "I;16L", "I"):
         gray = np.asarray(upright, dtype=np.float32) / 65535.0
         return np.repeat(gray[..., None], 3, axis=2).clip(0.0, 1.0)
-    has_alpha = upright.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in upright.info
+    has_alpha = upright.mode in _ALPHA_MODES or "transparency" in upright.info
     arr = np.asarray(upright.convert("RGBA" if has_alpha else "RGB"), dtype=np.float32)
     return arr / 255.0
 

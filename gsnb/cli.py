@@ -13,7 +13,10 @@ from collections.abc import Sequence
 
 # command -> (module, function prefix, one-line help). The module defines
 # ``<prefix>_arguments(parser)`` and ``<prefix>(args) -> int``.
-COMMANDS: dict[str, tuple[str, str, str]] = {}
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "export": ("gsnb.export.commands", "export", "write a checkpoint as a 3DGS PLY file"),
+    "video": ("gsnb.export.commands", "video", "render a camera path to an H.264 MP4 video"),
+}
 
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:

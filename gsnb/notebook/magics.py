@@ -10,7 +10,9 @@ import importlib
 from typing import Any
 
 # (module, Magics subclass) pairs registered by ``%load_ext gsnb``.
-MAGICS: list[tuple[str, str]] = []
+MAGICS: list[tuple[str, str]] = [
+    ("gsnb.notebook.export_magics", "ExportMagics"),
+]
 
 
 def register_magics(ipython: Any) -> None:

@@ -1,0 +1,267 @@
+"""``gsnb export`` (checkpoint -> PLY) and ``gsnb video`` (checkpoint or PLY -> MP4).
+
+gsnb export CHECKPOINT --ply OUT.ply
+gsnb video CHECKPOINT_OR_PLY --out OUT.mp4 [--data DATASET_DIR]
+           [--path orbit|train|KEYFRAMES.json] [--render-size WxH] [--size WxH]
+           [--frames N] [--fps F] [--quality Q]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gsnb.export import paths
+from gsnb.export.ply import read_ply, write_ply
+from gsnb.export.video import render_video
+from gsnb.model import GaussianModel
+
+DEFAULT_SIZE = (1920, 1080)
+
+
+@dataclass(frozen=True)
+class Cameras:
+    """Training cameras for a camera path.
+
+    Attributes:
+        viewmats: ``[M, 4, 4]`` world-to-camera (OpenCV).
+        Ks: ``[M, 3, 3]`` intrinsics of images of ``size``.
+        size: the images' ``(width, height)``.
+        background: the dataset's background colour.
+    """
+
+    viewmats: Tensor
+    Ks: Tensor
+    size: tuple[int, int]
+    background: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+def training_cameras(data: Any) -> Cameras:
+    """The training cameras of a dataset folder (or of a loaded ``SceneDataset``).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> import torch
+        >>> view = SimpleNamespace(viewmat=torch.eye(4), K=torch.eye(3), width=64, height=48)
+        >>> scene = SimpleNamespace(train=[view], views=[view], background=(0.0, 0.0, 0.0))
+        >>> training_cameras(scene).size
+        (64, 48)
+    """
+    if isinstance(data, (str, Path)):
+        from gsnb.data.dataset import load_dataset
+
+        if not Path(data).is_dir():
+            raise FileNotFoundError(f"no dataset folder at {data}")
+        data = load_dataset(data, test_every=0)
+    views = data.train or data.views
+    if not views:
+        raise ValueError("the dataset has no cameras")
+    return Cameras(
+        viewmats=torch.stack([v.viewmat for v in views]).float(),
+        Ks=torch.stack([v.K for v in views]).float(),
+        size=(views[0].width, views[0].height),
+        background=tuple(data.background),
+    )
+
+
+def load_scene(path: str | Path, device: str | torch.device | None = None) -> GaussianModel:
+    """A model from a ``.ply`` file or a gsnb checkpoint (read as data, never as code).
+
+    Example:
+        >>> import tempfile, torch
+        >>> model = GaussianModel.from_points(torch.rand(4, 3), torch.rand(4, 3))
+        >>> file = tempfile.mkdtemp() + "/model.pt"
+        >>> model.save(file)
+        >>> load_scene(file).num_gaussians
+        4
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint or PLY file at {path}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if path.suffix.lower() == ".ply":
+        return GaussianModel(read_ply(path)).to(device)
+    return GaussianModel.load(path, map_location=device)
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"1920x1080"`` -> ``(1920, 1080)``.
+
+    Example:
+        >>> parse_size("64x48")
+        (64, 48)
+    """
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size must look like 1920x1080, got {text!r}") from None
+    if width < 2 or height < 2:
+        raise argparse.ArgumentTypeError(f"size must be at least 2x2, got {text!r}")
+    return width, height
+
+
+def parse_colour(text: str) -> tuple[float, float, float]:
+    """``"1,1,1"`` -> ``(1.0, 1.0, 1.0)`` (RGB in [0, 1]).
+
+    Example:
+        >>> parse_colour("0,0.5,1")
+        (0.0, 0.5, 1.0)
+    """
+    try:
+        r, g, b = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"colour must look like 0,0,0 or 1,1,1, got {text!r}"
+        ) from None
+    return r, g, b
+
+
+def add_video_options(parser: argparse.ArgumentParser) -> None:
+    """The options shared by ``gsnb video`` and ``%gs_export``."""
+    parser.add_argument("--data", help="dataset folder, for paths that follow its cameras")
+    parser.add_argument(
+        "--path",
+        default="orbit",
+        help="camera path: 'orbit' (around the training cameras' focus, or the Gaussians "
+        "without --data), 'train' (through the training cameras; needs --data) or a "
+        "keyframes .json file (format in gsnb.export.paths)",
+    )
+    parser.add_argument(
+        "--size",
+        type=parse_size,
+        help="video size WxH (default: the training images' size with --data, else 1920x1080)",
+    )
+    parser.add_argument(
+        "--render-size",
+        type=parse_size,
+        help="render at WxH, then lanczos-upscale to --size (default: --size)",
+    )
+    parser.add_argument("--frames", type=int, default=120, help="number of frames (default 120)")
+    parser.add_argument("--fps", type=float, default=30.0, help="frames per second (default 30)")
+    parser.add_argument(
+        "--quality",
+        type=float,
+        default=8.0,
+        help="encoder quality 0 (small) to 10 (best), default 8",
+    )
+    parser.add_argument(
+        "--fov",
+        type=float,
+        default=paths.DEFAULT_FOV_DEG,
+        help="vertical field of view in degrees of an orbit without --data (default 50)",
+    )
+    parser.add_argument(
+        "--background",
+        type=parse_colour,
+        help="R,G,B in [0, 1] behind the Gaussians (default: the dataset's, else black)",
+    )
+    parser.add_argument(
+        "--device", help="device to render on (default: the model's; for a file cuda if available)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def camera_path(
+    spec: str,
+    frames: int,
+    size: tuple[int, int],
+    model: GaussianModel,
+    cameras: Cameras | None,
+    fov: float,
+) -> tuple[Tensor, Tensor]:
+    """``viewmats [F, 4, 4]`` and ``Ks [F, 3, 3]`` for a ``--path`` value.
+
+    Example:
+        >>> import torch
+        >>> model = GaussianModel.from_points(torch.rand(50, 3), torch.rand(50, 3))
+        >>> viewmats, Ks = camera_path("orbit", 8, (64, 48), model, None, 50.0)
+        >>> tuple(viewmats.shape), tuple(Ks.shape)
+        ((8, 4, 4), (8, 3, 3))
+    """
+    width, height = size
+    if spec == "orbit":
+        if cameras is None:
+            orbit = paths.fit_orbit_to_points(model.splats["means"].detach())
+            return paths.orbit_path(orbit, frames, width, height, fov)
+        fov_y = float(paths.matching_fov(cameras.Ks, size, cameras.size).mean())
+        return paths.orbit_path(paths.fit_orbit(cameras.viewmats), frames, width, height, fov_y)
+    if spec == "train":
+        if cameras is None:
+            raise ValueError(
+                "--path train follows the training cameras; give the dataset with --data"
+            )
+        return paths.train_path(cameras.viewmats, cameras.Ks, frames, width, height, cameras.size)
+    if not Path(spec).is_file():
+        raise FileNotFoundError(
+            f"--path is 'orbit', 'train' or a keyframes JSON file; no file at {spec}"
+        )
+    return paths.keyframe_path(spec, frames, width, height)
+
+
+def make_video(
+    model: GaussianModel, out: str | Path, args: argparse.Namespace, data: Any = None
+) -> Path:
+    """Render the video that ``args`` (the options of :func:`add_video_options`) describe.
+
+    ``data`` overrides ``args.data`` with a loaded dataset.
+    """
+    source = data if data is not None else args.data
+    cameras = training_cameras(source) if source is not None else None
+    size = args.size or (_even(cameras.size) if cameras else DEFAULT_SIZE)
+    if args.frames < 1:
+        raise ValueError(f"--frames must be at least 1, got {args.frames}")
+    background = args.background or (cameras.background if cameras else (0.0, 0.0, 0.0))
+    if args.device and torch.device(args.device) != model.splats["means"].device:
+        model = GaussianModel(model.splats).to(args.device)  # a copy: the caller's model stays put
+    viewmats, Ks = camera_path(args.path, args.frames, size, model, cameras, args.fov)
+    return render_video(
+        model, out, viewmats, Ks, size, args.render_size, args.fps, args.quality,
+        background, progress=not args.no_progress,
+    )  # fmt: skip
+
+
+def export_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``gsnb export``."""
+    parser.add_argument("checkpoint", help="a gsnb checkpoint (or a PLY file to rewrite)")
+    parser.add_argument("--ply", required=True, help="the PLY file to write (INRIA 3DGS layout)")
+
+
+def export(args: argparse.Namespace) -> int:
+    """``gsnb export CHECKPOINT --ply OUT.ply``: write the Gaussians as a 3DGS PLY file."""
+    try:
+        model = load_scene(args.checkpoint, "cpu")
+        write_ply(args.ply, model.splats)
+    except (OSError, ValueError) as err:
+        print(f"gsnb export: error: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.ply}: {model.num_gaussians} Gaussians, SH degree {model.sh_degree}")
+    return 0
+
+
+def video_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``gsnb video``."""
+    parser.add_argument("scene", help="a gsnb checkpoint or a 3DGS PLY file")
+    parser.add_argument("--out", required=True, help="the .mp4 file to write")
+    add_video_options(parser)
+
+
+def video(args: argparse.Namespace) -> int:
+    """``gsnb video SCENE --out OUT.mp4 ...``: render a camera path to an H.264 MP4."""
+    try:
+        model = load_scene(args.scene, args.device)
+        out = make_video(model, args.out, args)
+    except (OSError, ValueError) as err:
+        print(f"gsnb video: error: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}")
+    return 0
+
+
+def _even(size: tuple[int, int]) -> tuple[int, int]:
+    return size[0] - size[0] % 2, size[1] - size[1] % 2

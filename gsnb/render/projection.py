@@ -118,11 +118,12 @@ def splat_radii(
     """
     log_ratio = torch.log(opacities.clamp_min(1e-30)) - math.log(ALPHA_MIN)
     extend2 = (2.0 * log_ratio).clamp_min(0.0)[None]  # [1, N]
-    rx = torch.ceil(torch.sqrt(extend2 * cov_xx)).clamp(max=2**30)
-    ry = torch.ceil(torch.sqrt(extend2 * cov_yy)).clamp(max=2**30)
+    # At least 1 px: an opacity of exactly 1/255 still reaches the threshold at its centre.
+    rx = torch.ceil(torch.sqrt(extend2 * cov_xx)).clamp(1, 2**30)
+    ry = torch.ceil(torch.sqrt(extend2 * cov_yy)).clamp(1, 2**30)
     mx, my = means2d[..., 0], means2d[..., 1]
     hits = (
-        (log_ratio[None] > 0)
+        (opacities[None] >= ALPHA_MIN)  # the compositing's own test, in the same dtype
         & torch.isfinite(rx)
         & torch.isfinite(ry)
         & (torch.ceil(mx - rx - 0.5) <= min(width - 1, 2**30))

@@ -173,7 +173,9 @@ def _rasterize_camera(
     alpha_img = feats.new_zeros(height * width)
     busy = torch.nonzero(tile_counts > 0, as_tuple=True)[0]
     if len(busy) == 0 or len(pair_splat) == 0:
-        return image + 0.0 * feats.sum(), alpha_img
+        # Keep both outputs in the graph: a loss on alpha alone must still backward().
+        link = 0.0 * (feats.sum() + opacities.sum())
+        return image + link, alpha_img + link
     busy = busy[torch.argsort(tile_counts[busy], descending=True, stable=True)]
     counts_host = tile_counts[busy].tolist()
 

@@ -20,10 +20,14 @@ def _project(viewmat: np.ndarray, K: np.ndarray, point: np.ndarray) -> tuple[np.
     return pix[:2] / pix[2], cam[2]
 
 
-def _ring(count: int, radius: float = 3.0, height: float = 1.0, centre=np.zeros(3)) -> torch.Tensor:
+def _ring(count: int, radius: float = 3.0, height: float = 1.0, centre=(0.0, 0.0, 0.0)):
+    """World-to-camera matrices ``[count, 4, 4]`` of cameras on a circle, looking at its centre."""
+    centre = np.asarray(centre)
     angles = np.arange(count) * 2 * np.pi / count
     poses = [
-        paths.look_at(centre + [radius * np.cos(a), -height, radius * np.sin(a)], centre, UP)
+        paths.look_at(
+            centre + np.array([radius * np.cos(a), -height, radius * np.sin(a)]), centre, UP
+        )
         for a in angles
     ]
     return torch.tensor(np.stack(poses))
@@ -83,7 +87,7 @@ def test_orbit_around_points_without_cameras():
 
 def test_spline_passes_through_keyframes_smoothly():
     keys = _ring(8)[:5]  # a half circle: 5 keyframes, equal spacing
-    viewmats, Ks = paths.spline_path(keys, 41, 64, 48)
+    viewmats, _ = paths.spline_path(keys, 41, 64, 48)
     # Chord-length timing with equal chords puts keyframe i at frame 10 * i.
     torch.testing.assert_close(viewmats[::10].double(), keys, atol=1e-5, rtol=0)
     rotations = viewmats[:, :3, :3].double()

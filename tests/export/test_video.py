@@ -21,8 +21,9 @@ def _probe(path) -> dict:
     with imageio.get_reader(str(path), format="FFMPEG") as reader:
         meta = reader.get_meta_data()
         first = reader.get_data(0)
-    return {"frames": frames, "size": meta["size"], "codec": meta["codec"],
-            "pix_fmt": meta["pix_fmt"].split("(")[0], "fps": meta["fps"], "first": first}  # fmt: skip
+    pix_fmt = meta["pix_fmt"].split("(")[0]
+    return {"frames": frames, "size": meta["size"], "codec": meta["codec"], "pix_fmt": pix_fmt,
+            "fps": meta["fps"], "first": first}  # fmt: skip
 
 
 def _orbit(model, frames, size):
@@ -31,8 +32,8 @@ def _orbit(model, frames, size):
 
 def test_rendered_video_reads_back_as_h264_yuv420p(tmp_path, small_model):
     viewmats, Ks = _orbit(small_model, 6, (64, 48))
-    out = render_video(small_model, tmp_path / "orbit.mp4", viewmats, Ks, (64, 48), (32, 24), fps=12,
-                       quality=10, progress=False)  # fmt: skip
+    out = render_video(small_model, tmp_path / "orbit.mp4", viewmats, Ks, (64, 48), (32, 24),
+                       fps=12, quality=10, progress=False)  # fmt: skip
     probe = _probe(out)
     assert probe["frames"] == 6
     assert probe["size"] == (64, 48)
@@ -88,7 +89,7 @@ def test_odd_size_and_bad_settings_are_refused(tmp_path, small_model):
 
 def test_unwritable_output_gives_clear_error_and_no_partial_file(tmp_path):
     frames = [np.zeros((8, 8, 3), np.uint8)] * 3
-    with pytest.raises(OSError, match="folder .* does not exist"):
+    with pytest.raises(OSError, match=r"folder .* does not exist"):
         write_video(tmp_path / "missing" / "out.mp4", frames, progress=False)
     (tmp_path / "taken.mp4").mkdir()
     with pytest.raises(IsADirectoryError, match="it is a folder"):

@@ -46,6 +46,6 @@ def test_help_and_errors(shell, capsys):
     assert "--render-size" in capsys.readouterr().out
     with pytest.raises(ValueError, match="nothing to do"):
         shell.run_line_magic("gs_export", "model")
-    with pytest.raises(FileNotFoundError, match="no checkpoint or PLY file at nothing.pt"):
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint or PLY file at nothing\.pt"):
         shell.run_line_magic("gs_export", "nothing.pt --ply x.ply")
     assert "--render-size" in ExportMagics.gs_export.__doc__

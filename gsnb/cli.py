@@ -14,6 +14,8 @@ from collections.abc import Sequence
 # command -> (module, function prefix, one-line help). The module defines
 # ``<prefix>_arguments(parser)`` and ``<prefix>(args) -> int``.
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "doctor": ("gsnb.build.commands", "doctor", "check GPU, CUDA toolkit and compilers"),
+    "build": ("gsnb.build.commands", "build", "build the CUDA rasterizer for this GPU"),
     "export": ("gsnb.export.commands", "export", "write a checkpoint as a 3DGS PLY file"),
     "video": ("gsnb.export.commands", "video", "render a camera path to an H.264 MP4 video"),
 }

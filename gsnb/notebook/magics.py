@@ -11,6 +11,7 @@ from typing import Any
 
 # (module, Magics subclass) pairs registered by ``%load_ext gsnb``.
 MAGICS: list[tuple[str, str]] = [
+    ("gsnb.notebook.build_magics", "BuildMagics"),
     ("gsnb.notebook.export_magics", "ExportMagics"),
 ]
 

@@ -30,9 +30,11 @@ class View:
     Example:
         >>> import torch
         >>> from pathlib import Path
-        >>> v = View("a.png", Path("a.png"), 64, 48, torch.eye(3), torch.eye(4))
+        >>> viewmat = torch.eye(4)
+        >>> viewmat[:3, 3] = torch.tensor([-1.0, -2.0, -3.0])
+        >>> v = View("a.png", Path("a.png"), 64, 48, torch.eye(3), viewmat)
         >>> v.camera_center.tolist()
-        [0.0, 0.0, 0.0]
+        [1.0, 2.0, 3.0]
     """
 
     name: str

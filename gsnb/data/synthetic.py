@@ -129,6 +129,44 @@ class SyntheticScene:
         rgb = albedo * self.shading(points, normals)[:, None]
         return np.where(hit[:, None], rgb, 0.0), hit.astype(np.float64)
 
+    def render(
+        self,
+        c2w: np.ndarray,
+        K: np.ndarray,
+        width: int,
+        height: int,
+        samples: int = 2,
+        distortion: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
+    ) -> np.ndarray:
+        """``[height, width, 4]`` straight-alpha RGBA in [0, 1] seen by a camera.
+
+        ``c2w [4, 4]`` is camera-to-world in OpenCV axes, ``K [3, 3]`` the
+        intrinsics (pixel centres at ``i + 0.5``) and ``distortion`` OpenCV's
+        ``(k1, k2, p1, p2)``: each pixel's rays are undistorted before tracing.
+        Each pixel averages ``samples x samples`` stratified rays.
+        """
+        k_inv = np.linalg.inv(np.asarray(K, dtype=np.float64))
+        offsets = (np.arange(samples) + 0.5) / samples
+        premult = np.zeros((height * width, 3))
+        alpha = np.zeros(height * width)
+        jj, ii = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
+        for du in offsets:
+            for dv in offsets:
+                pix = np.stack([ii.ravel() + du, jj.ravel() + dv, np.ones(width * height)], axis=1)
+                cam = pix @ k_inv.T
+                if any(distortion):
+                    cam[:, :2] = undistort_normalized(cam[:, :2], distortion)
+                dirs = cam @ c2w[:3, :3].T
+                dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+                rgb, hit = self.trace(np.broadcast_to(c2w[:3, 3], dirs.shape), dirs)
+                premult += rgb * hit[:, None]
+                alpha += hit
+        premult /= samples**2
+        alpha /= samples**2
+        color = np.where(alpha[:, None] > 0, premult / np.maximum(alpha, 1e-12)[:, None], 0.0)
+        rgba = np.concatenate([color, alpha[:, None]], axis=1).reshape(height, width, 4)
+        return rgba.clip(0.0, 1.0)
+
     def floor_albedo(self, points: np.ndarray) -> np.ndarray:
         """``[N, 3]`` checker colour of floor ``points [N, 3]``."""
         cells = np.floor(points[:, :2] / self.checker_size).sum(axis=1) % 2
@@ -226,10 +264,11 @@ def make_synthetic_scene(
     (out / "images").mkdir(parents=True, exist_ok=True)
     scene = SyntheticScene.random(seed)
     focal = 0.5 * width / math.tan(0.5 * math.radians(fov_deg))
+    k_matrix = np.array([[focal, 0.0, width / 2], [0.0, focal, height / 2], [0.0, 0.0, 1.0]])
     c2ws = ring_cameras(num_views)
     frames = []
     for i, c2w in enumerate(c2ws):
-        rgba = _render(scene, c2w, width, height, focal, samples)
+        rgba = scene.render(c2w, k_matrix, width, height, samples)
         name = f"images/r_{i:03d}.png"
         with atomic_write(out / name) as handle:
             Image.fromarray((rgba * 255.0 + 0.5).astype(np.uint8), "RGBA").save(handle, "PNG")
@@ -252,31 +291,35 @@ def make_synthetic_scene(
     return out
 
 
-def _render(
-    scene: SyntheticScene, c2w: np.ndarray, width: int, height: int, focal: float, samples: int
+def distort_normalized(xy: np.ndarray, distortion: tuple[float, float, float, float]) -> np.ndarray:
+    """OpenCV's radial-tangential model on normalised coordinates ``xy [N, 2]``.
+
+    Example:
+        >>> distort_normalized(np.array([[0.5, 0.0]]), (0.1, 0.0, 0.0, 0.0)).tolist()
+        [[0.5125, 0.0]]
+    """
+    k1, k2, p1, p2 = distortion
+    x, y = xy[:, 0], xy[:, 1]
+    r2 = x * x + y * y
+    radial = 1.0 + k1 * r2 + k2 * r2 * r2
+    xd = x * radial + 2 * p1 * x * y + p2 * (r2 + 2 * x * x)
+    yd = y * radial + p1 * (r2 + 2 * y * y) + 2 * p2 * x * y
+    return np.stack([xd, yd], axis=1)
+
+
+def undistort_normalized(
+    xy: np.ndarray, distortion: tuple[float, float, float, float], iterations: int = 50
 ) -> np.ndarray:
-    """``[height, width, 4]`` straight-alpha RGBA in [0, 1] seen by camera ``c2w`` (OpenCV axes)."""
-    offsets = (np.arange(samples) + 0.5) / samples
-    premult = np.zeros((height * width, 3))
-    alpha = np.zeros(height * width)
-    jj, ii = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
-    for du in offsets:
-        for dv in offsets:
-            cam = np.stack(
-                [
-                    (ii.ravel() + du - width / 2) / focal,
-                    (jj.ravel() + dv - height / 2) / focal,
-                    np.ones(width * height),
-                ],
-                axis=1,
-            )
-            dirs = cam @ c2w[:3, :3].T
-            dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
-            rgb, hit = scene.trace(np.broadcast_to(c2w[:3, 3], dirs.shape), dirs)
-            premult += rgb * hit[:, None]
-            alpha += hit
-    premult /= samples**2
-    alpha /= samples**2
-    color = np.where(alpha[:, None] > 0, premult / np.maximum(alpha, 1e-12)[:, None], 0.0)
-    rgba = np.concatenate([color, alpha[:, None]], axis=1).reshape(height, width, 4)
-    return rgba.clip(0.0, 1.0)
+    """Invert ``distort_normalized`` by fixed-point iteration (mild distortion), ``[N, 2]``.
+
+    Example:
+        >>> d = (0.1, -0.05, 0.001, 0.002)
+        >>> xy = np.array([[0.3, -0.4]])
+        >>> bool(np.allclose(undistort_normalized(distort_normalized(xy, d), d), xy))
+        True
+    """
+    xy = np.asarray(xy, dtype=np.float64)
+    out = xy.copy()
+    for _ in range(iterations):
+        out = out + (xy - distort_normalized(out, distortion))
+    return out

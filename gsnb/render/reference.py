@@ -11,6 +11,7 @@ pass (activation checkpointing) instead of being kept.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -210,12 +211,15 @@ def _rasterize_camera(
             ids = pair_splat[pos]
             args = (
                 px, py, pix_ok, means2d[ids], conics[ids], opacities[ids], feats[ids],
-                pad_ok, log_t, ids, absgrad_sink,
+                pad_ok, log_t, ids,
             )  # fmt: skip
+            # The sink is bound, not passed: checkpoint would save it and then refuse to
+            # recompute once an earlier block's backward has added into it.
+            block = functools.partial(_composite_block, absgrad_sink=absgrad_sink)
             if track and pos.numel() * _PIXELS > _BLOCK_ELEMENTS // 4:
-                o, a, log_t = checkpoint(_composite_block, *args, use_reentrant=False)
+                o, a, log_t = checkpoint(block, *args, use_reentrant=False)
             else:
-                o, a, log_t = _composite_block(*args)
+                o, a, log_t = block(*args)
             out = out + o
             acc = acc + a
             if not bool((log_t.detach() >= _LOG_T_MIN).any()):

@@ -94,7 +94,9 @@ def eval_sh(degree: int, coeffs: Tensor, dirs: Tensor) -> Tensor:
                     + C3[5] * z * (xx - yy) * coeffs[..., 14, :]
                     + C3[6] * x * (xx - 3.0 * yy) * coeffs[..., 15, :]
                 )
-    return torch.clamp_min(result + 0.5, 0.0)
+    # Degree 0 ignores dirs, yet the result must still broadcast over them (one colour per camera).
+    batch = torch.broadcast_shapes(coeffs.shape[:-2], dirs.shape[:-1])
+    return torch.clamp_min(result + 0.5, 0.0).expand(*batch, 3)
 
 
 def rgb_to_sh0(rgb: Tensor) -> Tensor:

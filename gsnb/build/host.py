@@ -39,6 +39,8 @@ class Host:
         proc: the Linux ``/proc`` folder (driver version, WSL detection, memory).
         dev_shm: the shared-memory folder (``/dev/shm``).
         site_packages: folders searched for pip-installed CUDA wheels.
+        scripts_dir: this Python's scripts folder, where ``pip install ninja`` puts
+            ``ninja`` (not on ``PATH`` when a kernel runs a venv's Python directly).
 
     Example:
         >>> host = Host.current()
@@ -52,6 +54,7 @@ class Host:
     proc: Path = Path("/proc")
     dev_shm: Path = Path("/dev/shm")
     site_packages: tuple[Path, ...] = field(default_factory=_default_site_packages)
+    scripts_dir: Path | None = field(default_factory=lambda: Path(sysconfig.get_path("scripts")))
 
     @classmethod
     def current(cls) -> Host:

@@ -134,8 +134,8 @@ class Ninja:
     Attributes:
         path: the executable.
         version: its ``--version`` output.
-        on_path: False when found only through the ``ninja`` Python package (gsnb then
-            puts its folder on ``PATH`` for the build).
+        on_path: False when found only in this Python's scripts folder, where the
+            ``ninja`` package puts it (gsnb then adds that folder to ``PATH`` for the build).
     """
 
     path: Path
@@ -144,17 +144,13 @@ class Ninja:
 
 
 def find_ninja(host: Host) -> Ninja | None:
-    """ninja from ``PATH``, else from the ``ninja`` Python package's ``BIN_DIR``."""
+    """ninja from ``PATH``, else from this Python's scripts folder (``pip install ninja``)."""
     candidates: list[tuple[Path, bool]] = []
     on_path = host.which("ninja")
     if on_path is not None:
         candidates.append((on_path, True))
-    try:
-        import ninja as ninja_package
-
-        candidates.append((Path(ninja_package.BIN_DIR) / host.exe("ninja"), False))
-    except (ImportError, AttributeError):
-        pass
+    if host.scripts_dir is not None:
+        candidates.append((host.scripts_dir / host.exe("ninja"), False))
     for path, is_on_path in candidates:
         answer = host.run([str(path), "--version"]) if path.is_file() else None
         if answer is not None and answer[0] == 0:

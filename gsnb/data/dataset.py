@@ -65,7 +65,8 @@ class SceneDataset:
     (``i % test_every == 0``, INRIA's convention) and ``train_ids`` the rest.
     ``points [P, 3]`` float32 and ``points_rgb [P, 3]`` in [0, 1] seed the
     Gaussians. ``center [3]`` is the mean of the training cameras' centres and
-    ``extent`` 1.1 times their largest distance from it (INRIA's radius).
+    ``extent`` 1.1 times their largest distance from it (INRIA's radius; every
+    camera counts when none is for training, and a lone camera gives 1.0).
 
     Example:
         >>> import tempfile
@@ -147,19 +148,30 @@ def load_dataset(
 def build_dataset(
     files: SceneFiles, *, downscale: int = 1, test_every: int = 8, cache_dir: Path | None = None
 ) -> SceneDataset:
-    """A ``SceneDataset`` from what a reader found (see ``load_dataset``)."""
+    """A ``SceneDataset`` from what a reader found, or from posed images made in memory.
+
+    Example:
+        >>> import numpy as np
+        >>> from gsnb.data.camera import Camera, PosedImage
+        >>> cam = Camera(32, 24, 30.0, 30.0, 16.0, 12.0)
+        >>> poses = [np.eye(4), np.eye(4)]
+        >>> poses[1][0, 3] = -1.0  # the second camera sits at x = 1
+        >>> images = [PosedImage(f"{i}.png", Path(f"{i}.png"), cam, m) for i, m in enumerate(poses)]
+        >>> ds = build_dataset(SceneFiles(Path("."), images), test_every=0)
+        >>> ds.center.tolist(), round(ds.extent, 2), tuple(ds.points.shape)
+        ([0.5, 0.0, 0.0], 0.55, (20000, 3))
+    """
     from gsnb.data.points import check_points, random_frustum_points
 
     if not files.images:
         raise ValueError(f"dataset {files.root} has no images; nothing to train on")
     images = sorted(files.images, key=lambda im: im.name)
-    pipelines: dict = {}
+    pipelines: dict[Camera, ImagePipeline] = {}
     views = []
     for im in images:
-        key = im.camera
-        if key not in pipelines:
-            pipelines[key] = ImagePipeline(im.camera, downscale, files.background, cache_dir)
-        pipe = pipelines[key]
+        if im.camera not in pipelines:
+            pipelines[im.camera] = ImagePipeline(im.camera, downscale, files.background, cache_dir)
+        pipe = pipelines[im.camera]
         views.append(
             View(
                 name=im.name,
@@ -172,7 +184,8 @@ def build_dataset(
             )
         )
     test_ids = _test_ids([v.name for v in views], test_every, files.test_names)
-    train_ids = [i for i in range(len(views)) if i not in set(test_ids)]
+    held_out = set(test_ids)
+    train_ids = [i for i in range(len(views)) if i not in held_out]
     centers = np.stack([_center(im.viewmat) for im in images])
     fit = centers[train_ids] if train_ids else centers
     center = fit.mean(axis=0)

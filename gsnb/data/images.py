@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -82,9 +83,7 @@ def image_has_alpha(path: str | Path) -> bool:
 def read_image(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarray:
     """Decode an image to ``[H, W, C]`` float32 in [0, 1], ``C`` = 3 (RGB) or 4 (RGBA).
 
-    EXIF orientation is applied. If ``size = (width, height)`` is given and only
-    the file's stored (un-rotated) size matches it, the orientation tag is
-    ignored: the poses were computed on the stored pixels.
+    EXIF orientation is applied; ``size`` works as in ``decode_image``.
 
     Example:
         >>> import tempfile, pathlib
@@ -94,6 +93,25 @@ def read_image(path: str | Path, size: tuple[int, int] | None = None) -> np.ndar
         >>> im = read_image(p)
         >>> im.shape, float(im[0, 0, 3].round(2))
         ((3, 4, 4), 0.5)
+    """
+    return _as_float(decode_image(path, size))
+
+
+def decode_image(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarray:
+    """Decode an image to ``[H, W, C]``: uint8 for 8-bit files, float32 in [0, 1] for 16-bit.
+
+    EXIF orientation is applied. If ``size = (width, height)`` is given and only
+    the file's stored (un-rotated) size matches it, the orientation tag is
+    ignored: the poses were computed on the stored pixels.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from PIL import Image
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.png"
+        >>> Image.new("RGB", (4, 3), (255, 0, 0)).save(p)
+        >>> im = decode_image(p)
+        >>> im.shape, im.dtype.name, im[0, 0].tolist()
+        ((3, 4, 3), 'uint8', [255, 0, 0])
     """
     path = Path(path)
     img = _open(path)
@@ -109,8 +127,14 @@ def read_image(path: str | Path, size: tuple[int, int] | None = None) -> np.ndar
         gray = np.asarray(upright, dtype=np.float32) / 65535.0
         return np.repeat(gray[..., None], 3, axis=2).clip(0.0, 1.0)
     has_alpha = upright.mode in _ALPHA_MODES or "transparency" in upright.info
-    arr = np.asarray(upright.convert("RGBA" if has_alpha else "RGB"), dtype=np.float32)
-    return arr / 255.0
+    mode = "RGBA" if has_alpha else "RGB"
+    return np.asarray(upright if upright.mode == mode else upright.convert(mode))
+
+
+def _as_float(image: np.ndarray) -> np.ndarray:
+    if image.dtype == np.uint8:
+        return image.astype(np.float32) * np.float32(1.0 / 255.0)
+    return image.astype(np.float32)
 
 
 def composite(image: np.ndarray, background: tuple[float, float, float]) -> np.ndarray:
@@ -233,31 +257,44 @@ class ImagePipeline:
                     return arr
             except (OSError, SyntaxError, ValueError):
                 pass  # an unreadable cache entry is rebuilt below
-        image = self.process(read_image(path, (self.camera.width, self.camera.height)))
+        image = self.process(decode_image(path, (self.camera.width, self.camera.height)))
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             with atomic_write(cached) as handle:
-                Image.fromarray(_to_uint8(image)).save(handle, format="PNG")
+                Image.fromarray(_to_uint8(image)).save(handle, format="PNG", compress_level=1)
             image = _to_uint8(image).astype(np.float32) / 255.0  # the same pixels as a cache hit
         return image
 
     def process(self, image: np.ndarray) -> np.ndarray:
-        """Composite, undistort and downscale a decoded ``[H, W, C]`` image of this camera."""
-        rgb = composite(image, self.background).astype(np.float32)
+        """Composite, undistort and downscale a decoded ``[H, W, C]`` image of this camera.
+
+        ``image`` is uint8 or float in [0, 1]; the result is ``[height, width, 3]``
+        float32 in [0, 1]. 8-bit RGB stays 8-bit until the end, which is faster.
+        """
+        keep_bytes = image.dtype == np.uint8 and image.shape[-1] == 3
+        rgb = image if keep_bytes else composite(_as_float(image), self.background)
         cam = self.camera
         if cam.is_distorted:
-            map_x, map_y = cv2.initUndistortRectifyMap(
-                _to_opencv(cam.K),
-                np.asarray(cam.distortion),
-                None,
-                _to_opencv(self._undistorted_K),
-                (cam.width, cam.height),
-                cv2.CV_32FC1,
+            map_xy, map_frac = _undistortion_maps(cam, tuple(self._undistorted_K.ravel()))
+            rgb = cv2.remap(
+                rgb, map_xy, map_frac, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
             )
-            rgb = cv2.remap(rgb, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         if (self.width, self.height) != (cam.width, cam.height):
             rgb = cv2.resize(rgb, (self.width, self.height), interpolation=cv2.INTER_AREA)
-        return np.ascontiguousarray(rgb.clip(0.0, 1.0), dtype=np.float32)
+        return np.ascontiguousarray(_as_float(rgb).clip(0.0, 1.0))
+
+
+@functools.lru_cache(maxsize=2)  # photos of one camera share maps; two bound the memory
+def _undistortion_maps(camera: Camera, new_k: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """OpenCV's fixed-point (1/32 px) remap tables from ``camera`` to the pinhole ``new_k``."""
+    return cv2.initUndistortRectifyMap(
+        _to_opencv(camera.K),
+        np.asarray(camera.distortion),
+        None,
+        _to_opencv(np.asarray(new_k).reshape(3, 3)),
+        (camera.width, camera.height),
+        cv2.CV_16SC2,
+    )
 
 
 def _to_opencv(k: np.ndarray) -> np.ndarray:

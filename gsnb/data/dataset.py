@@ -122,7 +122,8 @@ def load_dataset(
 
     Images are downscaled by the integer ``downscale`` and undistorted if their
     camera is distorted; the results are cached under ``cache_dir`` (default
-    ``<path>/.gsnb-cache``, or ``~/.cache/gsnb`` when ``path`` is read-only).
+    ``<path>/.gsnb-cache``, or ``$XDG_CACHE_HOME/gsnb`` (``~/.cache/gsnb``) when
+    ``path`` is read-only).
     ``test_every = 0`` puts every view in the training set.
 
     Example:
@@ -244,10 +245,12 @@ def _center(viewmat: np.ndarray) -> np.ndarray:
 
 
 def _default_cache_dir(folder: Path) -> Path:
-    if os.access(folder, os.W_OK):
+    # A folder without write bits counts as read-only even for root, who may write anyway.
+    if os.access(folder, os.W_OK) and folder.stat().st_mode & 0o222:
         return folder / ".gsnb-cache"
     digest = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:12]
-    return Path.home() / ".cache" / "gsnb" / f"{folder.name}-{digest}"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "gsnb" / f"{folder.name}-{digest}"
 
 
 def _file_camera(view: View) -> Camera:

@@ -85,6 +85,22 @@ def test_default_cache_dir_is_inside_a_writable_dataset(tmp_path: Path) -> None:
     assert len(list((root / ".gsnb-cache").glob("*.png"))) == 1
 
 
+def test_read_only_dataset_caches_in_the_user_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gsnb.data.synthetic import make_synthetic_scene
+
+    root = make_synthetic_scene(tmp_path / "scene", num_views=2, size=16)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    root.chmod(0o555)
+    try:
+        load_dataset(root, downscale=2).views[0].load_image()
+    finally:
+        root.chmod(0o755)
+    assert not (root / ".gsnb-cache").exists()
+    assert len(list((tmp_path / "user-cache" / "gsnb").glob("scene-*/*.png"))) == 1
+
+
 @pytest.mark.parametrize("downscale", [0, -1, 1.5, True])
 def test_bad_downscale(synthetic: Path, downscale: object) -> None:
     with pytest.raises(ValueError, match=r"downscale must be an integer >= 1"):

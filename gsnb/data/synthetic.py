@@ -321,5 +321,8 @@ def undistort_normalized(
     xy = np.asarray(xy, dtype=np.float64)
     out = xy.copy()
     for _ in range(iterations):
-        out = out + (xy - distort_normalized(out, distortion))
+        step = xy - distort_normalized(out, distortion)
+        out = out + step
+        if np.abs(step).max() < 1e-13:
+            break
     return out

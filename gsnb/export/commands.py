@@ -34,6 +34,12 @@ class Cameras:
         Ks: ``[M, 3, 3]`` intrinsics of images of ``size``.
         size: the images' ``(width, height)``.
         background: the dataset's background colour.
+
+    Example:
+        >>> import torch
+        >>> cams = Cameras(torch.eye(4)[None], torch.eye(3)[None], (64, 48))
+        >>> cams.size, cams.background
+        ((64, 48), (0.0, 0.0, 0.0))
     """
 
     viewmats: Tensor
@@ -123,7 +129,15 @@ def parse_colour(text: str) -> tuple[float, float, float]:
 
 
 def add_video_options(parser: argparse.ArgumentParser) -> None:
-    """The options shared by ``gsnb video`` and ``%gs_export``."""
+    """Add the options shared by ``gsnb video`` and ``%gs_export`` to ``parser``.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_video_options(parser)
+        >>> args = parser.parse_args(["--size", "64x48", "--frames", "5"])
+        >>> args.size, args.frames, args.path
+        ((64, 48), 5, 'orbit')
+    """
     parser.add_argument("--data", help="dataset folder, for paths that follow its cameras")
     parser.add_argument(
         "--path",
@@ -210,6 +224,15 @@ def make_video(
     """Render the video that ``args`` (the options of :func:`add_video_options`) describe.
 
     ``data`` overrides ``args.data`` with a loaded dataset.
+
+    Example:
+        >>> import argparse, tempfile, torch
+        >>> parser = argparse.ArgumentParser()
+        >>> add_video_options(parser)
+        >>> args = parser.parse_args(["--size", "32x24", "--frames", "2", "--no-progress"])
+        >>> model = GaussianModel.from_points(torch.rand(20, 3), torch.rand(20, 3))
+        >>> make_video(model, tempfile.mkdtemp() + "/orbit.mp4", args).name
+        'orbit.mp4'
     """
     source = data if data is not None else args.data
     cameras = training_cameras(source) if source is not None else None
@@ -227,13 +250,32 @@ def make_video(
 
 
 def export_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``gsnb export``."""
+    """Add the options of ``gsnb export`` to ``parser``.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> export_arguments(parser)
+        >>> parser.parse_args(["model.pt", "--ply", "scene.ply"]).ply
+        'scene.ply'
+    """
     parser.add_argument("checkpoint", help="a gsnb checkpoint (or a PLY file to rewrite)")
     parser.add_argument("--ply", required=True, help="the PLY file to write (INRIA 3DGS layout)")
 
 
 def export(args: argparse.Namespace) -> int:
-    """``gsnb export CHECKPOINT --ply OUT.ply``: write the Gaussians as a 3DGS PLY file."""
+    """``gsnb export CHECKPOINT --ply OUT.ply``: write the Gaussians as a 3DGS PLY file.
+
+    Returns the exit code: 0, or 1 after printing the error in one line.
+
+    Example:
+        >>> import tempfile, torch
+        >>> folder = tempfile.mkdtemp()
+        >>> GaussianModel.from_points(torch.rand(3, 3), torch.rand(3, 3)).save(folder + "/m.pt")
+        >>> export(argparse.Namespace(checkpoint=folder + "/m.pt", ply=folder + "/m.ply"))
+        ... # doctest: +ELLIPSIS
+        wrote ...m.ply: 3 Gaussians, SH degree 3
+        0
+    """
     try:
         model = load_scene(args.checkpoint, "cpu")
         write_ply(args.ply, model.splats)
@@ -245,14 +287,31 @@ def export(args: argparse.Namespace) -> int:
 
 
 def video_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``gsnb video``."""
+    """Add the options of ``gsnb video`` to ``parser``.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> video_arguments(parser)
+        >>> args = parser.parse_args(["scene.ply", "--out", "v.mp4", "--render-size", "960x540"])
+        >>> args.render_size
+        (960, 540)
+    """
     parser.add_argument("scene", help="a gsnb checkpoint or a 3DGS PLY file")
     parser.add_argument("--out", required=True, help="the .mp4 file to write")
     add_video_options(parser)
 
 
 def video(args: argparse.Namespace) -> int:
-    """``gsnb video SCENE --out OUT.mp4 ...``: render a camera path to an H.264 MP4."""
+    """``gsnb video SCENE --out OUT.mp4 ...``: render a camera path to an H.264 MP4.
+
+    Returns the exit code: 0, or 1 after printing the error in one line.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> video_arguments(parser)
+        >>> video(parser.parse_args(["missing.ply", "--out", "v.mp4"]))
+        1
+    """
     try:
         model = load_scene(args.scene, args.device)
         out = make_video(model, args.out, args)

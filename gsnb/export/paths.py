@@ -47,6 +47,12 @@ class Orbit:
         radius: distance of the cameras from the axis.
         height: signed height of the camera circle above ``centre`` along ``up``.
         start: ``[3]`` unit vector from the axis towards the first camera.
+
+    Example:
+        >>> import numpy as np
+        >>> orbit = Orbit(np.zeros(3), np.array([0.0, -1, 0]), 3.0, 1.0, np.array([1.0, 0, 0]))
+        >>> orbit.radius
+        3.0
     """
 
     centre: np.ndarray

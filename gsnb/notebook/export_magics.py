@@ -10,7 +10,13 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 
 def export_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``%gs_export`` (the options of ``gsnb export`` and ``gsnb video``)."""
+    """The argument parser of ``%gs_export`` (the options of ``gsnb export`` and ``gsnb video``).
+
+    Example:
+        >>> args = export_parser().parse_args(["model", "--video", "v.mp4", "--show"])
+        >>> args.scene, args.video, args.show
+        ('model', 'v.mp4', True)
+    """
     from gsnb.export.commands import add_video_options
 
     parser = argparse.ArgumentParser(

@@ -88,7 +88,7 @@ def host_factory(tmp_path: Path):
 
 @pytest.fixture
 def fakes() -> SimpleNamespace:
-    """The helpers above: ``fakes.exe``, ``fakes.toolkit``, ``fakes.banner``, ``fakes.path_with``."""
+    """The helpers above as ``fakes.exe``, ``.toolkit``, ``.banner`` and ``.path_with``."""
     return SimpleNamespace(
         exe=fake_exe, toolkit=fake_toolkit, banner=nvcc_banner, path_with=path_with
     )

@@ -78,11 +78,12 @@ def test_second_call_is_a_cache_hit_in_well_under_a_second(tiny):
 
 
 def test_cache_hit_in_a_fresh_process(tiny):
-    sources, cache_dir, first = tiny
+    sources, cache_dir, _ = tiny
     code = (
         "import time, json, pathlib; from gsnb.build.builder import build_extension;"
         "t = time.perf_counter();"
-        f"r = build_extension(pathlib.Path({str(sources)!r}), cache_dir=pathlib.Path({str(cache_dir)!r}),"
+        f"r = build_extension(pathlib.Path({str(sources)!r}),"
+        f" cache_dir=pathlib.Path({str(cache_dir)!r}),"
         f" arch={ARCH!r}, prefix='gsnb_tiny', progress=False);"
         "print(json.dumps([r.cached, time.perf_counter() - t, r.module.add_one(1)]))"
     )
@@ -111,7 +112,7 @@ def test_stale_lock_and_half_built_cache_are_recovered(tiny, tmp_path):
 
 
 def test_force_rebuilds_a_complete_build(tiny, tmp_path):
-    sources, cache_dir, first = tiny
+    sources, cache_dir, _ = tiny
     copy = tmp_path / "cache"
     shutil.copytree(cache_dir, copy)
     result = build_extension(

@@ -126,9 +126,11 @@ def test_a_live_holder_makes_others_wait_then_time_out(tmp_path):
     try:
         assert process.stdout.readline().strip() == "held"
         waits = []
-        with pytest.raises(TimeoutError, match=f"pid {process.pid}"):
-            with cache.build_lock(tmp_path, "gsnb_csrc_x", timeout=1, on_wait=waits.append):
-                pass
+        with (
+            pytest.raises(TimeoutError, match=f"pid {process.pid}"),
+            cache.build_lock(tmp_path, "gsnb_csrc_x", timeout=1, on_wait=waits.append),
+        ):
+            pass
         assert waits == [f"pid {process.pid}"]
     finally:
         process.kill()

@@ -20,29 +20,38 @@ from gsnb.build.loader import load_module
 RECORDED = {
     "torch-cpu-only": "AssertionError: Torch not compiled with CUDA enabled",
     "no-gpu": "RuntimeError: No CUDA GPUs are available",
-    "driver-too-old": "RuntimeError: The NVIDIA driver on your system is too old (found version 11040).",
-    "no-toolkit": "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.",
+    "driver-too-old": "RuntimeError: The NVIDIA driver on your system is too old (found version "
+    "11040).",
+    "no-toolkit": "OSError: CUDA_HOME environment variable is not set. Please set it to your "
+    "CUDA install root.",
     "toolkit-root-wrong": "/usr/bin/ld: cannot find -lcudart: No such file or directory\n"
     "collect2: error: ld returned 1 exit status",
-    "cuda-major-mismatch": "RuntimeError: \nThe detected CUDA version (12.6) mismatches the version "
+    "cuda-major-mismatch": "RuntimeError: \nThe detected CUDA version (12.6) mismatches the "
+    "version "
     "that was used to compile\nPyTorch (13.0). Please make sure to use the same CUDA versions.",
     "arch-unsupported": "nvcc fatal   : Unsupported gpu architecture 'compute_120'",
-    "host-compiler-unsupported": "/usr/local/cuda-12.6/include/crt/host_config.h:143:2: error: #error "
+    "host-compiler-unsupported": "/usr/local/cuda-12.6/include/crt/host_config.h:143:2: error: "
+    "#error "
     "-- unsupported GNU version! gcc versions later than 13 are not supported! The nvcc flag "
     "'-allow-unsupported-compiler' can be used to override this version check",
     "host-compiler-missing": "FileNotFoundError: [Errno 2] No such file or directory: 'c++'",
-    "ninja-missing": "RuntimeError: Ninja is required to load C++ extensions (pip install ninja to get it)",
+    "ninja-missing": "RuntimeError: Ninja is required to load C++ extensions (pip install ninja "
+    "to get it)",
     "python-headers-missing": "/src/ext.cpp:1:10: fatal error: Python.h: No such file or directory",
     "compiler-out-of-memory": "c++: fatal error: Killed signal terminated program cc1plus\n"
     "compilation terminated.",
     "disk-full": "/usr/bin/ld: final link failed: No space left on device",
-    "cache-not-writable": "PermissionError: [Errno 13] Permission denied: '/home/u/.cache/gsnb/extensions'",
-    "no-kernel-image": "torch.AcceleratorError: CUDA error: no kernel image is available for execution "
+    "cache-not-writable": "PermissionError: [Errno 13] Permission denied: "
+    "'/home/u/.cache/gsnb/extensions'",
+    "no-kernel-image": "torch.AcceleratorError: CUDA error: no kernel image is available for "
+    "execution "
     "on the device\nCUDA kernel errors might be asynchronously reported at some other API call",
     "undefined-symbol": "ImportError: /c/gsnb_csrc_0123456789ab.so: undefined symbol: "
     "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs",
-    "library-missing": "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory",
-    "compile-error": '/src/rasterize.cu(42): error: identifier "foo" is undefined\n1 error detected',
+    "library-missing": "ImportError: libcudart.so.12: cannot open shared object file: No such "
+    "file or directory",
+    "compile-error": '/src/rasterize.cu(42): error: identifier "foo" is undefined\n'
+    "1 error detected",
 }
 # Entries found up front rather than in output; their tests create the condition elsewhere.
 CONDITIONS = {

@@ -53,7 +53,8 @@ def test_a_process_with_its_gpus_hidden_sees_none():
         "import json; from gsnb.build.environment import discover;"
         "env = discover(cache_dir=__import__('pathlib').Path(__import__('tempfile').mkdtemp()));"
         "gpu = next(c for c in env.checks() if c.name == 'GPU');"
-        "print(json.dumps([len(env.gpus), gpu.status, gpu.diagnosis.entry.id, gpu.diagnosis.cause]))"
+        "d = gpu.diagnosis;"
+        "print(json.dumps([len(env.gpus), gpu.status, d.entry.id, d.cause]))"
     )
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     out = subprocess.run(

@@ -20,7 +20,10 @@ from gsnb.build.tools import (
 UBUNTU_GCC = (
     "gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0\nCopyright (C) 2021 Free Software Foundation, Inc."
 )
-FEDORA_GCC16 = "gcc (GCC) 16.1.1 20260501 (Red Hat 16.1.1-1)\nCopyright (C) 2026 Free Software Foundation, Inc."
+FEDORA_GCC16 = (
+    "gcc (GCC) 16.1.1 20260501 (Red Hat 16.1.1-1)\n"
+    "Copyright (C) 2026 Free Software Foundation, Inc."
+)
 CLANG = "Ubuntu clang version 21.1.0 (1ubuntu1)\nTarget: x86_64-pc-linux-gnu\nThread model: posix"
 
 

@@ -1,0 +1,162 @@
+"""Build times: gsnb's cold and warm rasterizer build beside gsplat's first-call JIT build.
+
+Each measurement runs in a fresh Python process (timed inside it, after ``import
+torch``), so the numbers are what a new notebook kernel sees:
+
+1. gsnb cold: ``gsnb.build.build(jobs=16)`` into an empty cache (includes the smoke test);
+   then a second ``build()`` in the same process.
+2. gsnb warm, new process: ``build()`` (cache hit + smoke test) and ``load_cached()``.
+3. gsplat cold (when ``import gsplat`` works): its first ``gsplat.rasterization`` call,
+   which JIT-compiles its CUDA sources with ``MAX_JOBS=16`` into an empty
+   ``TORCH_EXTENSIONS_DIR``, then a second call.
+
+    python benchmarks/bench_build.py --out benchmarks/results
+
+Writes ``bench_build.json`` (GPU name, versions, date, seconds) and the child logs to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+JOBS = 16
+
+
+def child_gsnb_cold(cache: str) -> dict:
+    import gsnb.build
+
+    start = time.perf_counter()
+    first = gsnb.build.build(jobs=JOBS, cache_dir=cache, progress=False)
+    cold = time.perf_counter() - start
+    start = time.perf_counter()
+    second = gsnb.build.build(jobs=JOBS, cache_dir=cache, progress=False)
+    warm = time.perf_counter() - start
+    return {
+        "cold_s": cold,
+        "cold_cached": first.cached,
+        "archs": first.archs,
+        "smoke": first.smoke.message if first.smoke else None,
+        "warm_same_process_s": warm,
+        "warm_cached": second.cached,
+    }
+
+
+def child_gsnb_warm(cache: str) -> dict:
+    os.environ["GSNB_CACHE_DIR"] = cache
+    import torch
+
+    torch.cuda.init()  # CUDA context start-up is not part of the build
+    import gsnb.build
+
+    start = time.perf_counter()
+    result = gsnb.build.build(cache_dir=cache, progress=False)
+    warm = time.perf_counter() - start
+    from gsnb.render import cuda
+
+    cuda.set_extension(None)
+    start = time.perf_counter()
+    module = gsnb.build.load_cached()
+    loaded = time.perf_counter() - start
+    return {
+        "warm_new_process_s": warm,
+        "warm_cached": result.cached,
+        "smoke": result.smoke.message if result.smoke else None,
+        "load_cached_s": loaded,
+        "load_cached_found": module is not None,
+    }
+
+
+def child_gsplat(ext_dir: str) -> dict:
+    os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
+    os.environ["MAX_JOBS"] = str(JOBS)
+    import torch
+
+    torch.cuda.init()
+    import gsplat
+
+    from gsnb.build.smoke import tiny_scene
+
+    scene = tiny_scene(torch.device("cuda"))
+
+    def call() -> None:
+        gsplat.rasterization(
+            scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["colors"],
+            scene["viewmats"], scene["Ks"], scene["width"], scene["height"], sh_degree=1,
+        )  # fmt: skip
+        torch.cuda.synchronize()
+
+    start = time.perf_counter()
+    call()
+    cold = time.perf_counter() - start
+    start = time.perf_counter()
+    call()
+    return {
+        "gsplat": gsplat.__version__,
+        "cold_s": cold,
+        "second_call_s": time.perf_counter() - start,
+    }
+
+
+CHILDREN = {"gsnb-cold": child_gsnb_cold, "gsnb-warm": child_gsnb_warm, "gsplat": child_gsplat}
+
+
+def run_child(kind: str, folder: str, out: Path) -> dict:
+    """Run one measurement in a fresh process; its output goes to ``out/<kind>.log``."""
+    print(f"[bench_build] {kind} ...", flush=True)
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--folder", folder]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    (out / f"bench_build_{kind}.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
+    if done.returncode != 0:
+        print(f"[bench_build] {kind} failed (exit {done.returncode}); see the log", flush=True)
+        return {"error": (done.stderr or done.stdout).strip().splitlines()[-5:]}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["process_s"] = time.perf_counter() - start
+    print(f"[bench_build] {kind}: {result}", flush=True)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(CHILDREN[args.child](args.folder)), flush=True)
+        return 0
+
+    from common import environment, write_json
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict = {"benchmark": "build", "jobs": JOBS, **environment()}
+    with tempfile.TemporaryDirectory(prefix="gsnb-bench-cache-") as cache:
+        results["gsnb_cold"] = run_child("gsnb-cold", cache, args.out)
+        results["gsnb_warm"] = run_child("gsnb-warm", cache, args.out)
+    try:
+        import gsplat  # noqa: F401
+    except ImportError as err:
+        results["gsplat_cold"] = {"skipped": f"import gsplat failed: {err}"}
+    else:
+        with tempfile.TemporaryDirectory(prefix="gsplat-bench-ext-") as ext_dir:
+            results["gsplat_cold"] = run_child("gsplat", ext_dir, args.out)
+    cold = results["gsnb_cold"].get("cold_s")
+    gsplat_cold = results["gsplat_cold"].get("cold_s")
+    if cold and gsplat_cold:
+        results["cold_ratio_gsnb_over_gsplat"] = cold / gsplat_cold
+    write_json(args.out / "bench_build.json", results)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 
 
@@ -91,8 +93,11 @@ def main() -> int:
         "benchmark": "ply_memory",
         "gaussians": args.gaussians,
         "sh_degree": args.sh_degree,
-        "machine": platform.machine(),
-        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "versions": {
+            "python": platform.python_version(),
+            **{name: metadata.version(name) for name in ("torch", "numpy", "plyfile")},
+        },
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "results": results,
     }

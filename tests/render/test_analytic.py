@@ -110,6 +110,14 @@ def test_front_gaussian_occludes_the_one_behind() -> None:
     assert flipped.rgb[0, CENTRE, CENTRE, 2] > flipped.rgb[0, CENTRE, CENTRE, 0]
 
 
+def test_equal_depths_blend_in_input_order() -> None:
+    red, blue = [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]
+    first_red = stacked([2.0, 2.0], [0.5, 0.5], [red, blue]).rgb[0, CENTRE, CENTRE]
+    first_blue = stacked([2.0, 2.0], [0.5, 0.5], [blue, red]).rgb[0, CENTRE, CENTRE]
+    torch.testing.assert_close(first_red, torch.tensor([0.5, 0, 0.25], dtype=F64))
+    torch.testing.assert_close(first_blue, torch.tensor([0.25, 0, 0.5], dtype=F64))
+
+
 def test_alpha_is_clamped_to_0_99() -> None:
     # Variance 100.3 px^2: exp(-r^2 / 200.6) >= 0.99 exactly for r^2 in {0, 1, 2}.
     z, scale = 2.0, 0.5

@@ -69,6 +69,23 @@ def test_several_cameras_equal_one_camera_at_a_time() -> None:
         torch.testing.assert_close(g, want, rtol=1e-12, atol=1e-12, msg=name)
 
 
+def test_non_contiguous_inputs() -> None:
+    scene = random_scene(20, width=17, height=13, num_cams=2, seed=1, sh_degree=2)
+    t = scene.tensors()
+    strided = {
+        "means": t["means"].T.contiguous().T,
+        "quats": t["quats"].T.contiguous().T,
+        "scales": torch.stack([t["scales"]] * 2, dim=1)[:, 0],
+        "opacities": torch.stack([t["opacities"]] * 2, dim=1)[:, 0],
+        "colors": t["colors"].transpose(1, 2).contiguous().transpose(1, 2),
+        "viewmats": t["viewmats"].transpose(1, 2).contiguous().transpose(1, 2),
+        "Ks": t["Ks"].transpose(0, 1).contiguous().transpose(0, 1),
+    }
+    assert not any(v.is_contiguous() for v in strided.values())
+    out = gsnb.render(**strided, width=17, height=13)
+    assert_images_close(outputs(out), outputs(gsnb.render(*scene.args())), atol=1e-14)
+
+
 def test_no_gaussians() -> None:
     empty = random_scene(0, width=17, height=13, num_cams=2, seed=0).with_grad()
     bg = torch.tensor([0.1, 0.2, 0.3], dtype=F64)

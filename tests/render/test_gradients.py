@@ -111,9 +111,11 @@ def test_gradcheck_sh_colours(degree: int) -> None:
 
 
 def weighted_loss(outputs: tuple[torch.Tensor, ...], seed: int = 0) -> torch.Tensor:
-    """A random linear function of every output pixel (the same for equal shapes and seed)."""
+    """A random linear function of every output pixel, the same for equal shapes and
+    seeds in float32 and float64."""
     gen = torch.Generator().manual_seed(seed)
-    return sum((torch.randn(t.shape, generator=gen, dtype=t.dtype) * t).sum() for t in outputs)  # type: ignore[return-value]
+    weights = [torch.randn(t.shape, generator=gen, dtype=F64).to(t.dtype) for t in outputs]
+    return torch.stack([(w * t).sum() for w, t in zip(weights, outputs, strict=True)]).sum()
 
 
 def test_gradients_match_bruteforce_on_random_scenes(blocks: str) -> None:
@@ -127,6 +129,22 @@ def test_gradients_match_bruteforce_on_random_scenes(blocks: str) -> None:
     for name, g, gb in zip([*scene.tensors(), "bg"], grads, grads_brute, strict=True):
         assert gb.abs().max() > 0
         torch.testing.assert_close(g, gb, rtol=1e-8, atol=1e-10 * (1 + gb.abs().max()), msg=name)
+
+
+def test_float32_gradients_match_float64_bruteforce() -> None:
+    scene = random_scene(60, width=33, height=20, num_cams=2, seed=4, sh_degree=1)
+    single = Scene(**{k: v.float() for k, v in scene.tensors().items()}, width=33, height=20)
+    single, double = single.with_grad(), scene.with_grad()
+    out = gsnb.render(*single.args())
+    grads = torch.autograd.grad(
+        weighted_loss((out.rgb, out.alpha, out.depth)), list(single.tensors().values())
+    )
+    grads_brute = torch.autograd.grad(
+        weighted_loss(render_brute(*double.args())), list(double.tensors().values())
+    )
+    for name, g, gb in zip(scene.tensors(), grads, grads_brute, strict=True):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g.double(), gb, rtol=0, atol=1e-4 * gb.abs().max(), msg=name)
 
 
 def brute_means2d_grads(scene: Scene, per_pixel: bool) -> torch.Tensor:

@@ -61,13 +61,14 @@ class RenderResult:
     Attributes:
         rgb: ``[C, H, W, 3]`` colour, composited over the background.
         alpha: ``[C, H, W, 1]`` accumulated opacity, ``1 - final transmittance``.
-        depth: ``[C, H, W, 1]`` expected depth ``sum(w_i z_i) / alpha`` (0 where alpha is 0).
+        depth: ``[C, H, W, 1]`` expected depth ``sum(w_i z_i) / alpha`` (0 where alpha is 0);
+            ``None`` when rendered with ``with_depth=False``.
         meta: :class:`RenderMeta`.
     """
 
     rgb: Tensor
     alpha: Tensor
-    depth: Tensor
+    depth: Tensor | None
     meta: RenderMeta
 
 
@@ -88,6 +89,7 @@ def render(
     far_plane: float = 1e10,
     backend: Backend = "auto",
     absgrad: bool = False,
+    with_depth: bool = True,
     check_values: bool = True,
 ) -> RenderResult:
     """Render 3D Gaussians into ``C`` cameras, differentiably.
@@ -119,6 +121,8 @@ def render(
             ``"reference"`` (pure PyTorch, any device) or ``"auto"``: CUDA when
             the tensors are on a GPU and the extension is built, else reference.
         absgrad: also accumulate ``meta.absgrad`` (for AbsGS densification).
+        with_depth: also blend depth; ``False`` skips that channel (faster, less
+            memory) and leaves ``depth`` as ``None``.
         check_values: check for NaN/Inf and out-of-range values (one sync).
 
     Returns:
@@ -145,18 +149,18 @@ def render(
         means, quats, scales, opacities, colors, viewmats, Ks, width, height,
         sh_degree, backgrounds, near_plane, far_plane, check_values,
     )  # fmt: skip
-    chosen = _choose_backend(backend, means.device)
+    chosen = _choose_backend(backend, means.device, means.dtype)
     if chosen == "cuda":
         from gsnb.render import cuda
 
         rgb, alpha, depth, proj = cuda.render(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,
-            degree, near_plane, far_plane, absgrad,
+            degree, near_plane, far_plane, absgrad, with_depth,
         )  # fmt: skip
     else:
         rgb, alpha, depth, proj = _render_reference(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,
-            degree, near_plane, far_plane, absgrad,
+            degree, near_plane, far_plane, absgrad, with_depth,
         )  # fmt: skip
     if backgrounds is not None:
         bg = backgrounds.expand(viewmats.shape[0], 3)[:, None, None, :]
@@ -185,8 +189,11 @@ def _render_reference(
     near_plane: float,
     far_plane: float,
     absgrad: bool,
-) -> tuple[Tensor, Tensor, Tensor, Projection]:
-    proj = project(means, quats, scales, opacities, viewmats, Ks, width, height, near_plane, far_plane)
+    with_depth: bool,
+) -> tuple[Tensor, Tensor, Tensor | None, Projection]:
+    proj = project(
+        means, quats, scales, opacities, viewmats, Ks, width, height, near_plane, far_plane
+    )
     means2d = proj.means2d
     if means2d.requires_grad:
         means2d.retain_grad()
@@ -195,7 +202,7 @@ def _render_reference(
     else:
         dirs = means[None] - camera_centres(viewmats)[:, None, :]
         rgb = eval_sh(degree, colors[None], dirs)
-    feats = torch.cat([rgb, proj.depths[..., None]], dim=-1)
+    feats = torch.cat([rgb, proj.depths[..., None]], dim=-1) if with_depth else rgb
     sink = None
     if absgrad:
         sink = means2d.new_zeros(means2d.shape)
@@ -203,14 +210,14 @@ def _render_reference(
     image, alpha = reference.rasterize(
         means2d, proj.conics, feats, opacities, proj.depths, proj.radii, width, height, sink
     )
-    depth = image[..., 3:4] / alpha.clamp_min(1e-10)
+    depth = image[..., 3:4] / alpha.clamp_min(1e-10) if with_depth else None
     return image[..., :3], alpha, depth, proj
 
 
 _warned_fallback = False
 
 
-def _choose_backend(backend: str, device: torch.device) -> str:
+def _choose_backend(backend: str, device: torch.device, dtype: torch.dtype) -> str:
     global _warned_fallback
     if backend == "reference":
         return "reference"
@@ -225,6 +232,8 @@ def _choose_backend(backend: str, device: torch.device) -> str:
         return "reference"
     from gsnb.render import cuda
 
+    if backend == "auto" and dtype != torch.float32:
+        return "reference"  # the CUDA kernels compute in float32
     if cuda.is_available():
         return "cuda"
     if backend == "cuda":

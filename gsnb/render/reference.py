@@ -22,7 +22,7 @@ from gsnb.render.constants import ALPHA_MAX, ALPHA_MIN, T_MIN, TILE_SIZE
 
 _LOG_T_MIN = math.log(T_MIN)
 _BLOCK_ELEMENTS = 1 << 21  # tiles x splats x pixels per block
-_MAX_BLOCK_SPLATS = 1024
+_MAX_BLOCK_SPLATS = 128
 _PIXELS = TILE_SIZE * TILE_SIZE
 
 

@@ -15,7 +15,9 @@ def _describe(t: Tensor) -> str:
 def check_tensor(name: str, t: object, shape: tuple[int | str, ...], expected: str) -> Tensor:
     """Check type and shape; ``-1`` in ``shape`` matches any size."""
     if not isinstance(t, Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor of shape {expected}, got {type(t).__name__}")
+        raise ValueError(
+            f"{name} must be a torch.Tensor of shape {expected}, got {type(t).__name__}"
+        )
     if t.dim() != len(shape) or any(s != -1 and s != d for s, d in zip(shape, t.shape)):
         raise ValueError(f"{name} has {_describe(t)}; expected shape {expected}")
     return t
@@ -56,8 +58,7 @@ def validate_inputs(
         raise ValueError("viewmats has shape [0, 4, 4]; at least one camera is needed")
     check_tensor("Ks", Ks, (c, 3, 3), f"[C, 3, 3] with C = {c}")
     if backgrounds is not None and (
-        not isinstance(backgrounds, Tensor)
-        or tuple(backgrounds.shape) not in ((3,), (c, 3))
+        not isinstance(backgrounds, Tensor) or tuple(backgrounds.shape) not in ((3,), (c, 3))
     ):
         got = _describe(backgrounds) if isinstance(backgrounds, Tensor) else type(backgrounds)
         raise ValueError(f"backgrounds has {got}; expected [3] or [C, 3] with C = {c}")
@@ -77,7 +78,9 @@ def validate_inputs(
         if t.dtype != means.dtype:
             raise ValueError(f"{name} has {_describe(t)}; expected dtype {means.dtype} like means")
         if t.device != means.device:
-            raise ValueError(f"{name} has {_describe(t)}; expected device {means.device} like means")
+            raise ValueError(
+                f"{name} has {_describe(t)}; expected device {means.device} like means"
+            )
 
     degree = None
     if colors.dim() == 3:
@@ -94,14 +97,18 @@ def validate_inputs(
                 f"{colors.shape[1]} (degree {full})"
             )
     elif sh_degree is not None:
-        raise ValueError(f"sh_degree={sh_degree} given but colors {list(colors.shape)} is RGB [N, 3]")
+        raise ValueError(
+            f"sh_degree={sh_degree} given but colors {list(colors.shape)} is RGB [N, 3]"
+        )
 
     if check_values:
         _check_values(tensors, opacities, scales, Ks)
     return degree
 
 
-def _check_values(tensors: dict[str, Tensor], opacities: Tensor, scales: Tensor, Ks: Tensor) -> None:
+def _check_values(
+    tensors: dict[str, Tensor], opacities: Tensor, scales: Tensor, Ks: Tensor
+) -> None:
     # One device-to-host sync for all checks; details are worked out only on failure.
     flags = [torch.isfinite(t).all() for t in tensors.values()]
     flags += [(opacities >= 0).all() & (opacities <= 1).all(), (scales >= 0).all()]

@@ -32,7 +32,9 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as err:
-        raise OSError(f"cannot write {target}: {err.strerror or err} (is {folder} writable?)") from err
+        raise OSError(
+            f"cannot write {target}: {err.strerror or err} (is {folder} writable?)"
+        ) from err
     try:
         with os.fdopen(fd, mode) as handle:
             yield handle

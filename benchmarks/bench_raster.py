@@ -1,0 +1,159 @@
+"""Rasterizer speed and memory, gsnb beside gsplat, on the same inputs in one process.
+
+Scenes: random clouds of 1M and 4M Gaussians (SH degree 3, 1920x1080, one camera)
+and the fox's COLMAP points as Gaussians (kNN scales, SH degree 3) seen from 4 of
+its cameras at full resolution (1080x1920) in one batch. For each: forward ms,
+forward+backward ms (medians of CUDA-event timings after warm-up), peak extra
+memory, and the PSNR of gsnb's render against gsplat's. Each scene runs twice:
+colour only (gsplat render_mode "RGB") and colour with expected depth ("RGB+ED").
+
+    python benchmarks/bench_raster.py --out benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import FOX, cuda_time_ms, environment, peak_extra_mib, psnr, write_json
+
+import gsnb
+from gsnb.render.scenes import intrinsics, look_at, random_gaussians
+
+
+def random_scene(n: int) -> dict:
+    g = random_gaussians(n, sh_degree=3, scale_range=(0.002, 0.02), seed=0, device="cuda")
+    g["opacities"] = g["opacities"].clamp(0.05, 0.95)
+    eye = torch.tensor([0.0, -0.8, -3.2])
+    viewmats = look_at(eye, torch.zeros(3))[None].cuda()
+    Ks = intrinsics(1920, 1080, 60.0)[None].cuda()
+    return {"gaussians": g, "viewmats": viewmats, "Ks": Ks, "width": 1920, "height": 1080}
+
+
+def fox_scene(root: Path) -> dict:
+    from gsnb.data.dataset import load_dataset
+    from gsnb.model import GaussianModel
+
+    data = load_dataset(root, downscale=1, test_every=0)
+    model = GaussianModel.from_points(data.points, data.points_rgb, sh_degree=3)
+    a = {k: v.detach().cuda() for k, v in model.activated().items()}
+    a["colors"] = a["colors"].clone()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a["colors"][:, 1:] = 0.1 * torch.randn(a["colors"][:, 1:].shape, generator=gen, device="cuda")
+    views = [data.views[i] for i in (0, 17, 34, 51)]
+    sizes = {(v.width, v.height) for v in views}
+    assert len(sizes) == 1, f"views differ in size: {sizes}"
+    width, height = sizes.pop()
+    viewmats = torch.stack([v.viewmat for v in views]).cuda()
+    Ks = torch.stack([v.K for v in views]).cuda()
+    return {"gaussians": a, "viewmats": viewmats, "Ks": Ks, "width": width, "height": height}
+
+
+def gsnb_render(s: dict, params: dict, with_depth: bool):
+    out = gsnb.render(
+        params["means"], params["quats"], params["scales"], params["opacities"], params["colors"],
+        s["viewmats"], s["Ks"], s["width"], s["height"], backend="cuda", check_values=False,
+        with_depth=with_depth,
+    )  # fmt: skip
+    return torch.cat([out.rgb, out.depth], -1) if with_depth else out.rgb
+
+
+def gsplat_render(s: dict, params: dict, packed: bool, with_depth: bool):
+    import gsplat
+
+    image, _, _ = gsplat.rasterization(
+        params["means"], params["quats"], params["scales"], params["opacities"], params["colors"],
+        s["viewmats"], s["Ks"], s["width"], s["height"], sh_degree=3, packed=packed,
+        rasterize_mode="classic", render_mode="RGB+ED" if with_depth else "RGB",
+    )  # fmt: skip
+    return image
+
+
+def measure(s: dict, render, repeat: int, with_depth: bool) -> dict:
+    params = {k: v.clone().requires_grad_(True) for k, v in s["gaussians"].items()}
+    channels = 4 if with_depth else 3
+    weight = torch.rand(
+        (s["viewmats"].shape[0], s["height"], s["width"], channels),
+        generator=torch.Generator(device="cuda").manual_seed(0), device="cuda",
+    )  # fmt: skip
+
+    def forward():
+        return render(s, params)
+
+    def forward_backward():
+        for p in params.values():
+            p.grad = None
+        (render(s, params) * weight).sum().backward()
+
+    with torch.no_grad():
+        image = render(s, params)[..., :3].detach()
+    return {
+        "forward_ms": cuda_time_ms(forward, repeat=repeat),
+        "forward_backward_ms": cuda_time_ms(forward_backward, repeat=repeat),
+        "peak_extra_mib": peak_extra_mib(forward_backward),
+        "image": image,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--fox", type=Path, default=FOX)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--scenes", default="random_1M,random_4M,fox_4cams")
+    args = parser.parse_args()
+
+    results = {"environment": environment(), "scenes": {}}
+    for name in args.scenes.split(","):
+        print(f"== {name}", flush=True)
+        if name.startswith("random_"):
+            n = int(float(name.split("_")[1].rstrip("M")) * 1_000_000)
+            s = random_scene(n)
+        else:
+            s = fox_scene(args.fox)
+        row: dict = {
+            "num_gaussians": int(s["gaussians"]["means"].shape[0]),
+            "cameras": int(s["viewmats"].shape[0]),
+            "width": s["width"],
+            "height": s["height"],
+        }
+        for mode, with_depth in (("rgb", False), ("rgb_depth", True)):
+            ours = measure(
+                s, lambda s_, p, d=with_depth: gsnb_render(s_, p, d), args.repeat, with_depth
+            )
+            res = {"gsnb": {k: v for k, v in ours.items() if k != "image"}}
+            for packed in (False, True):
+                key = "gsplat_packed" if packed else "gsplat"
+
+                def theirs_render(s_, p, k=packed, d=with_depth):
+                    return gsplat_render(s_, p, k, d)
+
+                theirs = measure(s, theirs_render, args.repeat, with_depth)
+                res[key] = {k: v for k, v in theirs.items() if k != "image"}
+                res[key]["psnr_gsnb_vs_gsplat"] = psnr(ours["image"], theirs["image"])
+            # gsplat's faster and its leaner configuration are the anchors.
+            fastest = min(
+                (res["gsplat"], res["gsplat_packed"]), key=lambda r: r["forward_backward_ms"]
+            )
+            leanest = min(res["gsplat"]["peak_extra_mib"], res["gsplat_packed"]["peak_extra_mib"])
+            res["ratio_forward"] = res["gsnb"]["forward_ms"] / fastest["forward_ms"]
+            res["ratio_forward_backward"] = (
+                res["gsnb"]["forward_backward_ms"] / fastest["forward_backward_ms"]
+            )
+            res["ratio_peak_memory"] = res["gsnb"]["peak_extra_mib"] / leanest
+            row[mode] = res
+            print(mode, res, flush=True)
+        results["scenes"][name] = row
+        del s
+        torch.cuda.empty_cache()
+    write_json(args.out / "raster_h200.json", results)
+    print(f"wrote {args.out / 'raster_h200.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

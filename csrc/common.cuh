@@ -1,0 +1,104 @@
+// Shared constants and small device helpers of the gsnb rasterizer.
+// The semantics match gsnb/render/constants.py and the reference backend.
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace gsnb {
+
+constexpr int kTile = 16;
+constexpr int kBlock = kTile * kTile;
+constexpr float kLowpass = 0.3f;
+constexpr float kAlphaMax = 0.99f;
+constexpr float kAlphaMin = 1.0f / 255.0f;
+constexpr float kTransmittanceMin = 1e-4f;
+constexpr float kFovClamp = 1.3f;
+constexpr int kChannels = 4;  // r, g, b, depth
+
+struct Mat3 {
+  float m[3][3];
+};
+
+__device__ __forceinline__ Mat3 quat_to_rotmat(float w, float x, float y, float z) {
+  Mat3 r;
+  r.m[0][0] = 1.f - 2.f * (y * y + z * z);
+  r.m[0][1] = 2.f * (x * y - w * z);
+  r.m[0][2] = 2.f * (x * z + w * y);
+  r.m[1][0] = 2.f * (x * y + w * z);
+  r.m[1][1] = 1.f - 2.f * (x * x + z * z);
+  r.m[1][2] = 2.f * (y * z - w * x);
+  r.m[2][0] = 2.f * (x * z - w * y);
+  r.m[2][1] = 2.f * (y * z + w * x);
+  r.m[2][2] = 1.f - 2.f * (x * x + y * y);
+  return r;
+}
+
+// Half extents of the box where alpha = o * exp(-q/2) can reach 1/255, given the
+// 2D covariance diagonal; returns false when the opacity alone is below 1/255.
+__device__ __forceinline__ bool extent2(float opacity, float* out) {
+  if (!(opacity >= kAlphaMin)) return false;
+  *out = fmaxf(2.f * (logf(opacity) - logf(kAlphaMin)), 0.f);
+  return true;
+}
+
+// Range of pixel columns [lo, hi] whose centres (i + 0.5) lie in [a, b], clamped to [0, n - 1].
+__device__ __forceinline__ void pixel_range(float a, float b, int n, int* lo, int* hi) {
+  float fl = ceilf(a - 0.5f);
+  float fh = floorf(b - 0.5f);
+  fl = fminf(fmaxf(fl, 0.f), (float)n);
+  fh = fmaxf(fminf(fh, (float)(n - 1)), -1.f);
+  *lo = (int)fl;
+  *hi = (int)fh;
+}
+
+// For the ellipse q(d) = A dx^2 + 2 B dx dy + C dy^2 <= r2 centred at (mx, my),
+// the span of x over the horizontal band of pixel centres y in [y0, y1].
+// Returns false when the band misses the ellipse.
+__device__ __forceinline__ bool ellipse_row_span(
+    float A, float B, float C, float r2, float mx, float my, float y0, float y1,
+    float* xl, float* xr) {
+  const float det = A * C - B * B;  // > 0 for a positive definite conic
+  const float ymax = sqrtf(r2 * A / det);
+  float d0 = fmaxf(y0 - my, -ymax);
+  float d1 = fminf(y1 - my, ymax);
+  if (d0 > d1) return false;
+  const float xmax = sqrtf(r2 * C / det);
+  // The rightmost point of the ellipse sits where dq/ddy = 0: dy = -B/C * xmax.
+  const float dy_r = -B / C * xmax;
+  auto x_right = [&](float dy) {
+    return (-B * dy + sqrtf(fmaxf(A * r2 - det * dy * dy, 0.f))) / A;
+  };
+  auto x_left = [&](float dy) {
+    return (-B * dy - sqrtf(fmaxf(A * r2 - det * dy * dy, 0.f))) / A;
+  };
+  *xr = mx + ((dy_r >= d0 && dy_r <= d1) ? xmax : x_right(fminf(fmaxf(dy_r, d0), d1)));
+  const float dy_l = -dy_r;
+  *xl = mx + ((dy_l >= d0 && dy_l <= d1) ? -xmax : x_left(fminf(fmaxf(dy_l, d0), d1)));
+  return true;
+}
+
+// Visit every tile whose pixel centres can see alpha >= 1/255 of this splat, row by row.
+// f(tile_x, tile_y) is called for each; the count and emit passes share this walk.
+template <typename F>
+__device__ __forceinline__ void for_each_tile(
+    float mx, float my, float A, float B, float C, float r2, int ry, int width, int height,
+    F&& f) {
+  int py_lo, py_hi;
+  pixel_range(my - (float)ry, my + (float)ry, height, &py_lo, &py_hi);
+  if (py_lo > py_hi) return;
+  // Slightly enlarged radius so that rounding never drops a pixel at the boundary.
+  const float r2e = r2 * 1.0001f + 1e-4f;
+  for (int ty = py_lo / kTile; ty <= py_hi / kTile; ++ty) {
+    const float y0 = fmaxf((float)(ty * kTile), (float)py_lo) + 0.5f;
+    const float y1 = fminf((float)(ty * kTile + kTile - 1), (float)py_hi) + 0.5f;
+    float xl, xr;
+    if (!ellipse_row_span(A, B, C, r2e, mx, my, y0, y1, &xl, &xr)) continue;
+    int px_lo, px_hi;
+    pixel_range(xl, xr, width, &px_lo, &px_hi);
+    if (px_lo > px_hi) continue;
+    for (int tx = px_lo / kTile; tx <= px_hi / kTile; ++tx) f(tx, ty);
+  }
+}
+
+}  // namespace gsnb

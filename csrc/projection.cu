@@ -1,0 +1,453 @@
+// EWA projection of 3D Gaussians to screen-space splats, fused with SH colour evaluation
+// and the per-splat tile count; and its backward pass.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "common.cuh"
+#include "ops.h"
+#include "sh.cuh"
+
+namespace gsnb {
+namespace {
+
+struct Camera {
+  float r[3][3];
+  float t[3];
+  float fx, fy, cx, cy;
+};
+
+__device__ __forceinline__ Camera load_camera(const float* viewmat, const float* K) {
+  Camera cam;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+#pragma unroll
+    for (int j = 0; j < 3; ++j) cam.r[i][j] = viewmat[i * 4 + j];
+    cam.t[i] = viewmat[i * 4 + 3];
+  }
+  cam.fx = K[0];
+  cam.fy = K[4];
+  cam.cx = K[2];
+  cam.cy = K[5];
+  return cam;
+}
+
+// Everything the forward pass derives for one (camera, Gaussian); the backward recomputes it.
+struct Splat {
+  float p[3];        // centre in camera space
+  float tx, ty;      // clamped x and y used by the Jacobian
+  bool clamp_x, clamp_y;
+  float J[2][3];
+  float rq[3][3];    // rotation of the normalised quaternion
+  float q[4];        // normalised quaternion
+  float qnorm;
+  float s[3];
+  float covc[3][3];  // camera-space 3D covariance
+  float a, b, c;     // 2D covariance with the low-pass
+  float det;
+};
+
+__device__ __forceinline__ bool compute_splat(
+    const Camera& cam, const float* mean, const float* quat, const float* scale, int width,
+    int height, float near_plane, float far_plane, Splat& sp) {
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+    sp.p[i] = cam.r[i][0] * mean[0] + cam.r[i][1] * mean[1] + cam.r[i][2] * mean[2] + cam.t[i];
+  const float z = sp.p[2];
+  if (!(z > near_plane && z < far_plane)) return false;
+  const float rz = 1.f / z;
+  const float mxp = (kFovClamp - 1.f) * 0.5f * width / cam.fx;
+  const float myp = (kFovClamp - 1.f) * 0.5f * height / cam.fy;
+  const float lim_x_pos = (width - cam.cx) / cam.fx + mxp;
+  const float lim_x_neg = cam.cx / cam.fx + mxp;
+  const float lim_y_pos = (height - cam.cy) / cam.fy + myp;
+  const float lim_y_neg = cam.cy / cam.fy + myp;
+  const float xz = sp.p[0] * rz, yz = sp.p[1] * rz;
+  sp.clamp_x = !(xz <= lim_x_pos && xz >= -lim_x_neg);
+  sp.clamp_y = !(yz <= lim_y_pos && yz >= -lim_y_neg);
+  sp.tx = z * fminf(lim_x_pos, fmaxf(-lim_x_neg, xz));
+  sp.ty = z * fminf(lim_y_pos, fmaxf(-lim_y_neg, yz));
+  sp.J[0][0] = cam.fx * rz;
+  sp.J[0][1] = 0.f;
+  sp.J[0][2] = -cam.fx * sp.tx * rz * rz;
+  sp.J[1][0] = 0.f;
+  sp.J[1][1] = cam.fy * rz;
+  sp.J[1][2] = -cam.fy * sp.ty * rz * rz;
+
+  const float qn = sqrtf(quat[0] * quat[0] + quat[1] * quat[1] + quat[2] * quat[2] +
+                         quat[3] * quat[3]);
+  sp.qnorm = fmaxf(qn, 1e-12f);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sp.q[i] = quat[i] / sp.qnorm;
+  const Mat3 rq = quat_to_rotmat(sp.q[0], sp.q[1], sp.q[2], sp.q[3]);
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    sp.s[i] = scale[i];
+#pragma unroll
+    for (int j = 0; j < 3; ++j) sp.rq[i][j] = rq.m[i][j];
+  }
+  // M = W R S (camera-space), covc = M M^T
+  float m[3][3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      m[i][j] = (cam.r[i][0] * rq.m[0][j] + cam.r[i][1] * rq.m[1][j] + cam.r[i][2] * rq.m[2][j]) *
+                sp.s[j];
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      sp.covc[i][j] = m[i][0] * m[j][0] + m[i][1] * m[j][1] + m[i][2] * m[j][2];
+  // cov2d = J covc J^T
+  float jc[2][3];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      jc[i][j] = sp.J[i][0] * sp.covc[0][j] + sp.J[i][1] * sp.covc[1][j] + sp.J[i][2] * sp.covc[2][j];
+  sp.a = jc[0][0] * sp.J[0][0] + jc[0][1] * sp.J[0][1] + jc[0][2] * sp.J[0][2] + kLowpass;
+  sp.b = jc[0][0] * sp.J[1][0] + jc[0][1] * sp.J[1][1] + jc[0][2] * sp.J[1][2];
+  sp.c = jc[1][0] * sp.J[1][0] + jc[1][1] * sp.J[1][1] + jc[1][2] * sp.J[1][2] + kLowpass;
+  sp.det = sp.a * sp.c - sp.b * sp.b;
+  return sp.det > 0.f;
+}
+
+__global__ void project_forward_kernel(
+    int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
+    const float* __restrict__ scales, const float* __restrict__ opacities,
+    const float* __restrict__ coeffs, int num_coeffs, int sh_degree,
+    const float* __restrict__ viewmats, const float* __restrict__ Ks, int width, int height,
+    float near_plane, float far_plane, float* __restrict__ means2d, float* __restrict__ conics,
+    float* __restrict__ depths, int* __restrict__ radii, float* __restrict__ feats, int channels,
+    int* __restrict__ tiles) {
+  const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (int64_t)num_cams * n) return;
+  const int cid = idx / n;
+  const int gid = idx % n;
+  const Camera cam = load_camera(viewmats + cid * 16, Ks + cid * 9);
+
+  radii[idx * 2] = 0;
+  radii[idx * 2 + 1] = 0;
+  tiles[idx] = 0;
+  means2d[idx * 2] = 0.f;
+  means2d[idx * 2 + 1] = 0.f;
+  conics[idx * 3] = conics[idx * 3 + 1] = conics[idx * 3 + 2] = 0.f;
+  float* feat = feats + idx * channels;
+  for (int ch = 0; ch < channels; ++ch) feat[ch] = 0.f;
+
+  Splat sp;
+  const bool ok = compute_splat(cam, means + gid * 3, quats + gid * 4, scales + gid * 3, width,
+                                height, near_plane, far_plane, sp);
+  depths[idx] = sp.p[2];
+  if (!ok) return;
+  float r2;
+  if (!extent2(opacities[gid], &r2)) return;
+  const float rz = 1.f / sp.p[2];
+  const float mx = cam.fx * sp.p[0] * rz + cam.cx;
+  const float my = cam.fy * sp.p[1] * rz + cam.cy;
+  // At least 1 px: an opacity of exactly 1/255 still reaches the threshold at its centre.
+  const float rx = fminf(fmaxf(ceilf(sqrtf(r2 * sp.a)), 1.f), 1073741824.f);
+  const float ry = fminf(fmaxf(ceilf(sqrtf(r2 * sp.c)), 1.f), 1073741824.f);
+  if (!(ceilf(mx - rx - 0.5f) <= (float)(width - 1) && floorf(mx + rx - 0.5f) >= 0.f &&
+        ceilf(my - ry - 0.5f) <= (float)(height - 1) && floorf(my + ry - 0.5f) >= 0.f))
+    return;
+  const float A = sp.c / sp.det, B = -sp.b / sp.det, Cc = sp.a / sp.det;
+  int count = 0;
+  for_each_tile(mx, my, A, B, Cc, r2, (int)ry, width, height, [&](int, int) { ++count; });
+
+  radii[idx * 2] = (int)rx;
+  radii[idx * 2 + 1] = (int)ry;
+  tiles[idx] = count;
+  means2d[idx * 2] = mx;
+  means2d[idx * 2 + 1] = my;
+  conics[idx * 3] = A;
+  conics[idx * 3 + 1] = B;
+  conics[idx * 3 + 2] = Cc;
+  if (channels == 4) feat[3] = sp.p[2];
+
+  if (sh_degree < 0) {
+#pragma unroll
+    for (int ch = 0; ch < 3; ++ch) feat[ch] = coeffs[gid * 3 + ch];
+    return;
+  }
+  // Direction from the camera centre (-R^T t) to the Gaussian, in world space.
+  float dir[3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+    dir[i] = means[gid * 3 + i] +
+             (cam.r[0][i] * cam.t[0] + cam.r[1][i] * cam.t[1] + cam.r[2][i] * cam.t[2]);
+  const float inv = rsqrtf(fmaxf(dir[0] * dir[0] + dir[1] * dir[1] + dir[2] * dir[2], 1e-24f));
+  float basis[16];
+  sh_basis(sh_degree, dir[0] * inv, dir[1] * inv, dir[2] * inv, basis);
+  const float* co = coeffs + (int64_t)gid * num_coeffs * 3;
+  const int nb = num_bases(sh_degree);
+#pragma unroll
+  for (int ch = 0; ch < 3; ++ch) {
+    float acc = 0.5f;
+    for (int k = 0; k < nb; ++k) acc += basis[k] * co[k * 3 + ch];
+    feat[ch] = fmaxf(acc, 0.f);
+  }
+}
+
+// With several cameras the per-camera gradients are summed atomically into zeroed
+// buffers; with one camera every entry is stored exactly once.
+__device__ __forceinline__ void put(float* dst, float v, bool atomic) {
+  if (atomic)
+    atomicAdd(dst, v);
+  else
+    *dst = v;
+}
+
+__device__ __forceinline__ void zero_gaussian(
+    int gid, int num_coeffs, float* v_means, float* v_quats, float* v_scales, float* v_coeffs) {
+  for (int i = 0; i < 3; ++i) v_means[gid * 3 + i] = 0.f;
+  for (int i = 0; i < 4; ++i) v_quats[gid * 4 + i] = 0.f;
+  for (int i = 0; i < 3; ++i) v_scales[gid * 3 + i] = 0.f;
+  for (int i = 0; i < num_coeffs * 3; ++i) v_coeffs[(int64_t)gid * num_coeffs * 3 + i] = 0.f;
+}
+
+__global__ void project_backward_kernel(
+    int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
+    const float* __restrict__ scales, const float* __restrict__ coeffs, int num_coeffs,
+    int sh_degree, const float* __restrict__ viewmats, const float* __restrict__ Ks, int width,
+    int height, float near_plane, float far_plane, const int* __restrict__ radii,
+    const float* __restrict__ conics, const float* __restrict__ v_means2d,
+    const float* __restrict__ v_conics, const float* __restrict__ v_feats, int channels,
+    const float* __restrict__ v_depths, float* __restrict__ v_means, float* __restrict__ v_quats,
+    float* __restrict__ v_scales, float* __restrict__ v_coeffs) {
+  const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (int64_t)num_cams * n) return;
+  const int cid = idx / n;
+  const int gid = idx % n;
+  const bool atomic = num_cams > 1;
+  const Camera cam = load_camera(viewmats + cid * 16, Ks + cid * 9);
+  Splat sp;
+  if (radii[idx * 2] <= 0 ||
+      !compute_splat(cam, means + gid * 3, quats + gid * 4, scales + gid * 3, width, height,
+                     near_plane, far_plane, sp)) {
+    if (!atomic) zero_gaussian(gid, num_coeffs, v_means, v_quats, v_scales, v_coeffs);
+    return;
+  }
+  const float z = sp.p[2];
+  const float rz = 1.f / z, rz2 = rz * rz, rz3 = rz2 * rz;
+
+  // Colours (SH) -> coefficients and the view direction.
+  float v_dir_world[3] = {0.f, 0.f, 0.f};
+  const float* vf = v_feats + idx * channels;
+  const float vc[3] = {vf[0], vf[1], vf[2]};
+  const float v_depth = v_depths[idx] + (channels == 4 ? vf[3] : 0.f);
+  if (sh_degree < 0) {
+#pragma unroll
+    for (int ch = 0; ch < 3; ++ch) put(v_coeffs + gid * 3 + ch, vc[ch], atomic);
+  } else {
+    float d[3];
+#pragma unroll
+    for (int i = 0; i < 3; ++i)
+      d[i] = means[gid * 3 + i] +
+             (cam.r[0][i] * cam.t[0] + cam.r[1][i] * cam.t[1] + cam.r[2][i] * cam.t[2]);
+    const float len = sqrtf(fmaxf(d[0] * d[0] + d[1] * d[1] + d[2] * d[2], 1e-24f));
+    const float u[3] = {d[0] / len, d[1] / len, d[2] / len};
+    float basis[16];
+    sh_basis(sh_degree, u[0], u[1], u[2], basis);
+    const int nb = num_bases(sh_degree);
+    const float* co = coeffs + (int64_t)gid * num_coeffs * 3;
+    float* vco = v_coeffs + (int64_t)gid * num_coeffs * 3;
+    float g[3];
+#pragma unroll
+    for (int ch = 0; ch < 3; ++ch) {
+      float acc = 0.5f;
+      for (int k = 0; k < nb; ++k) acc += basis[k] * co[k * 3 + ch];
+      g[ch] = acc >= 0.f ? vc[ch] : 0.f;
+    }
+    for (int k = 0; k < nb; ++k)
+#pragma unroll
+      for (int ch = 0; ch < 3; ++ch) put(vco + k * 3 + ch, basis[k] * g[ch], atomic);
+    if (!atomic)
+      for (int k = nb * 3; k < num_coeffs * 3; ++k) vco[k] = 0.f;
+    if (sh_degree > 0) {
+      float gx[16], gy[16], gz[16];
+      sh_basis_grad(sh_degree, u[0], u[1], u[2], gx, gy, gz);
+      float vu[3] = {0.f, 0.f, 0.f};
+      for (int k = 1; k < nb; ++k) {
+        const float w = co[k * 3] * g[0] + co[k * 3 + 1] * g[1] + co[k * 3 + 2] * g[2];
+        vu[0] += gx[k] * w;
+        vu[1] += gy[k] * w;
+        vu[2] += gz[k] * w;
+      }
+      const float dot = vu[0] * u[0] + vu[1] * u[1] + vu[2] * u[2];
+#pragma unroll
+      for (int i = 0; i < 3; ++i) v_dir_world[i] = (vu[i] - dot * u[i]) / len;
+    }
+  }
+
+  // Conic -> 2D covariance: v_cov = -Q G Q with G the symmetric gradient of Q.
+  const float A = conics[idx * 3], B = conics[idx * 3 + 1], Cc = conics[idx * 3 + 2];
+  const float gA = v_conics[idx * 3], gB = 0.5f * v_conics[idx * 3 + 1], gC = v_conics[idx * 3 + 2];
+  // Q G = [[A gA + B gB, A gB + B gC], [B gA + Cc gB, B gB + Cc gC]]
+  const float qg00 = A * gA + B * gB, qg01 = A * gB + B * gC;
+  const float qg10 = B * gA + Cc * gB, qg11 = B * gB + Cc * gC;
+  float V[2][2];
+  V[0][0] = -(qg00 * A + qg01 * B);
+  V[0][1] = -(qg00 * B + qg01 * Cc);
+  V[1][0] = -(qg10 * A + qg11 * B);
+  V[1][1] = -(qg10 * B + qg11 * Cc);
+  const float sym = 0.5f * (V[0][1] + V[1][0]);
+  V[0][1] = V[1][0] = sym;
+
+  // cov2d = J covc J^T: v_covc = J^T V J, v_J = 2 V J covc.
+  float vJ[2][3];
+  {
+    float vjc[2][3];  // V J
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 3; ++j) vjc[i][j] = V[i][0] * sp.J[0][j] + V[i][1] * sp.J[1][j];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 3; ++j)
+        vJ[i][j] = 2.f * (vjc[i][0] * sp.covc[0][j] + vjc[i][1] * sp.covc[1][j] +
+                          vjc[i][2] * sp.covc[2][j]);
+  }
+  float v_covc[3][3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      v_covc[i][j] = sp.J[0][i] * (V[0][0] * sp.J[0][j] + V[0][1] * sp.J[1][j]) +
+                     sp.J[1][i] * (V[1][0] * sp.J[0][j] + V[1][1] * sp.J[1][j]);
+
+  // Camera-space centre: 2D mean, depth and the Jacobian.
+  float vp[3];
+  const float vmx = v_means2d[idx * 2], vmy = v_means2d[idx * 2 + 1];
+  vp[0] = cam.fx * rz * vmx;
+  vp[1] = cam.fy * rz * vmy;
+  vp[2] = -cam.fx * sp.p[0] * rz2 * vmx - cam.fy * sp.p[1] * rz2 * vmy + v_depth;
+  vp[2] += -cam.fx * rz2 * vJ[0][0] - cam.fy * rz2 * vJ[1][1];
+  if (!sp.clamp_x) {
+    vp[0] += -cam.fx * rz2 * vJ[0][2];
+    vp[2] += 2.f * cam.fx * sp.tx * rz3 * vJ[0][2];
+  } else {
+    vp[2] += cam.fx * sp.tx * rz3 * vJ[0][2];
+  }
+  if (!sp.clamp_y) {
+    vp[1] += -cam.fy * rz2 * vJ[1][2];
+    vp[2] += 2.f * cam.fy * sp.ty * rz3 * vJ[1][2];
+  } else {
+    vp[2] += cam.fy * sp.ty * rz3 * vJ[1][2];
+  }
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const float v = cam.r[0][i] * vp[0] + cam.r[1][i] * vp[1] + cam.r[2][i] * vp[2] +
+                    v_dir_world[i];
+    put(v_means + gid * 3 + i, v, atomic);
+  }
+
+  // World covariance: v_sigma = W^T v_covc W; sigma = M M^T with M = R S: v_M = 2 v_sigma M.
+  float tmp[3][3], vsig[3][3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      tmp[i][j] = v_covc[i][0] * cam.r[0][j] + v_covc[i][1] * cam.r[1][j] + v_covc[i][2] * cam.r[2][j];
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      vsig[i][j] = cam.r[0][i] * tmp[0][j] + cam.r[1][i] * tmp[1][j] + cam.r[2][i] * tmp[2][j];
+  float G[3][3];  // gradient of the rotation matrix
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+      const float mij0 = sp.rq[0][j] * sp.s[j], mij1 = sp.rq[1][j] * sp.s[j],
+                  mij2 = sp.rq[2][j] * sp.s[j];
+      const float vm = 2.f * (vsig[i][0] * mij0 + vsig[i][1] * mij1 + vsig[i][2] * mij2);
+      G[i][j] = vm * sp.s[j];
+      tmp[i][j] = vm;  // v_M
+    }
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    const float vs = tmp[0][j] * sp.rq[0][j] + tmp[1][j] * sp.rq[1][j] + tmp[2][j] * sp.rq[2][j];
+    put(v_scales + gid * 3 + j, vs, atomic);
+  }
+  const float w = sp.q[0], x = sp.q[1], y = sp.q[2], zq = sp.q[3];
+  float vq[4];
+  vq[0] = 2.f * (-zq * G[0][1] + y * G[0][2] + zq * G[1][0] - x * G[1][2] - y * G[2][0] + x * G[2][1]);
+  vq[1] = 2.f * (y * G[0][1] + zq * G[0][2] + y * G[1][0] - 2.f * x * G[1][1] - w * G[1][2] +
+                 zq * G[2][0] + w * G[2][1] - 2.f * x * G[2][2]);
+  vq[2] = 2.f * (-2.f * y * G[0][0] + x * G[0][1] + w * G[0][2] + x * G[1][0] + zq * G[1][2] -
+                 w * G[2][0] + zq * G[2][1] - 2.f * y * G[2][2]);
+  vq[3] = 2.f * (-2.f * zq * G[0][0] - w * G[0][1] + x * G[0][2] + w * G[1][0] -
+                 2.f * zq * G[1][1] + y * G[1][2] + x * G[2][0] + y * G[2][1]);
+  const float dot = vq[0] * sp.q[0] + vq[1] * sp.q[1] + vq[2] * sp.q[2] + vq[3] * sp.q[3];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) put(v_quats + gid * 4 + i, (vq[i] - dot * sp.q[i]) / sp.qnorm, atomic);
+}
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n) { return (int)((n + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+std::vector<at::Tensor> project_forward(
+    const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
+    const at::Tensor& opacities, const at::Tensor& coeffs, const at::Tensor& viewmats,
+    const at::Tensor& Ks, int64_t width, int64_t height, double near_plane, double far_plane,
+    int64_t sh_degree, bool with_depth) {
+  const c10::cuda::OptionalCUDAGuard guard(means.device());
+  const int64_t n = means.size(0), c = viewmats.size(0);
+  const int num_coeffs = coeffs.dim() == 3 ? coeffs.size(1) : 1;
+  auto f = means.options();
+  auto means2d = at::empty({c, n, 2}, f);
+  auto conics = at::empty({c, n, 3}, f);
+  auto depths = at::empty({c, n}, f);
+  const int channels = with_depth ? 4 : 3;
+  auto feats = at::empty({c, n, channels}, f);
+  auto radii = at::empty({c, n, 2}, f.dtype(at::kInt));
+  auto tiles = at::empty({c, n}, f.dtype(at::kInt));
+  if (c * n > 0) {
+    project_forward_kernel<<<blocks_for(c * n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
+        opacities.data_ptr<float>(), coeffs.data_ptr<float>(), num_coeffs, sh_degree,
+        viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height, near_plane, far_plane,
+        means2d.data_ptr<float>(), conics.data_ptr<float>(), depths.data_ptr<float>(),
+        radii.data_ptr<int>(), feats.data_ptr<float>(), channels, tiles.data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return {means2d, conics, depths, radii, feats, tiles};
+}
+
+std::vector<at::Tensor> project_backward(
+    const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
+    const at::Tensor& coeffs, const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width,
+    int64_t height, double near_plane, double far_plane, int64_t sh_degree,
+    const at::Tensor& radii, const at::Tensor& conics, const at::Tensor& v_means2d,
+    const at::Tensor& v_conics, const at::Tensor& v_feats, const at::Tensor& v_depths) {
+  const c10::cuda::OptionalCUDAGuard guard(means.device());
+  const int64_t n = means.size(0), c = viewmats.size(0);
+  const int num_coeffs = coeffs.dim() == 3 ? coeffs.size(1) : 1;
+  // One camera: the kernel writes every entry; several: atomics into zeroed buffers.
+  auto alloc = [&](const at::Tensor& t) { return c > 1 ? at::zeros_like(t) : at::empty_like(t); };
+  auto v_means = alloc(means);
+  auto v_quats = alloc(quats);
+  auto v_scales = alloc(scales);
+  auto v_coeffs = alloc(coeffs);
+  if (c * n > 0) {
+    project_backward_kernel<<<blocks_for(c * n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
+        coeffs.data_ptr<float>(), num_coeffs, sh_degree, viewmats.data_ptr<float>(),
+        Ks.data_ptr<float>(), width, height, near_plane, far_plane, radii.data_ptr<int>(),
+        conics.data_ptr<float>(), v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(),
+        v_feats.data_ptr<float>(), v_feats.size(-1), v_depths.data_ptr<float>(),
+        v_means.data_ptr<float>(),
+        v_quats.data_ptr<float>(), v_scales.data_ptr<float>(), v_coeffs.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return {v_means, v_quats, v_scales, v_coeffs};
+}
+
+}  // namespace gsnb

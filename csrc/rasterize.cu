@@ -1,0 +1,328 @@
+// Per-tile front-to-back compositing of sorted splats, and its backward pass.
+// One 16x16 thread block per (camera, tile); splats are staged through shared memory.
+// CH is the number of blended channels: 3 (rgb) or 4 (rgb and depth).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "common.cuh"
+#include "ops.h"
+
+namespace gsnb {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+struct TileRange {
+  int start, end;
+};
+
+__device__ __forceinline__ TileRange tile_range(
+    const int* offsets, int cam, int tile, int num_tiles, int num_cams, int m) {
+  const int slot = cam * num_tiles + tile;
+  const bool last = slot == num_cams * num_tiles - 1;
+  return {offsets[slot], last ? m : offsets[slot + 1]};
+}
+
+template <int CH>
+__global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
+    int num_cams, int n, int width, int height, int tiles_x, int tiles_y, int m,
+    const float2* __restrict__ means2d, const float3* __restrict__ conics,
+    const float* __restrict__ feats, const float* __restrict__ opacities,
+    const int* __restrict__ offsets, const int* __restrict__ flat_ids,
+    float* __restrict__ out_feats, float* __restrict__ out_alpha, int* __restrict__ last_ids) {
+  const int cam = blockIdx.z;
+  const int tile = blockIdx.y * tiles_x + blockIdx.x;
+  const int tr = threadIdx.y * kTile + threadIdx.x;
+  const int i = blockIdx.y * kTile + threadIdx.y;
+  const int j = blockIdx.x * kTile + threadIdx.x;
+  const float px = (float)j + 0.5f, py = (float)i + 0.5f;
+  const bool inside = i < height && j < width;
+  const int64_t pix = ((int64_t)cam * height + i) * width + j;
+
+  const TileRange range = tile_range(offsets, cam, tile, tiles_x * tiles_y, num_cams, m);
+  __shared__ float3 s_xyo[kBlock];
+  __shared__ float3 s_conic[kBlock];
+  __shared__ float s_feat[kBlock * CH];
+
+  float T = 1.f;
+  float acc[CH];
+#pragma unroll
+  for (int ch = 0; ch < CH; ++ch) acc[ch] = 0.f;
+  int last = range.start;
+  bool done = !inside;
+  for (int base = range.start; base < range.end; base += kBlock) {
+    if (__syncthreads_count(done) == kBlock) break;
+    const int k = base + tr;
+    if (k < range.end) {
+      const int g = flat_ids[k];
+      const float2 xy = means2d[g];
+      s_xyo[tr] = make_float3(xy.x, xy.y, opacities[g % n]);
+      s_conic[tr] = conics[g];
+#pragma unroll
+      for (int ch = 0; ch < CH; ++ch) s_feat[tr * CH + ch] = feats[(int64_t)g * CH + ch];
+    }
+    __syncthreads();
+    const int count = min(kBlock, range.end - base);
+    for (int t = 0; t < count && !done; ++t) {
+      const float3 xyo = s_xyo[t];
+      const float3 co = s_conic[t];
+      const float dx = px - xyo.x, dy = py - xyo.y;
+      const float sigma = 0.5f * (co.x * dx * dx + co.z * dy * dy) + co.y * dx * dy;
+      if (sigma < 0.f) continue;
+      const float alpha = fminf(kAlphaMax, xyo.z * __expf(-sigma));
+      if (alpha < kAlphaMin) continue;
+      const float next_T = T * (1.f - alpha);
+      if (next_T < kTransmittanceMin) {
+        done = true;
+        break;
+      }
+      const float w = alpha * T;
+#pragma unroll
+      for (int ch = 0; ch < CH; ++ch) acc[ch] += w * s_feat[t * CH + ch];
+      T = next_T;
+      last = base + t + 1;
+    }
+  }
+  if (inside) {
+#pragma unroll
+    for (int ch = 0; ch < CH; ++ch) out_feats[pix * CH + ch] = acc[ch];
+    out_alpha[pix] = 1.f - T;
+    last_ids[pix] = last;
+  }
+}
+
+// One step of a recursive-halving warp reduction: lanes exchange half of their HALF * 2
+// partial sums with the lane 2 * HALF away and keep the other half.
+template <int HALF>
+__device__ __forceinline__ void halve(float (&v)[16], int lane) {
+  const bool up = lane & (2 * HALF);
+#pragma unroll
+  for (int i = 0; i < HALF; ++i) {
+    const float send = up ? v[i] : v[i + HALF];
+    const float keep = up ? v[i + HALF] : v[i];
+    v[i] = keep + __shfl_xor_sync(kFullMask, send, 2 * HALF);
+  }
+}
+
+// Sums 16 values over the warp with 16 shuffles instead of 16 x 5: afterwards lane l
+// holds the warp total of value (l >> 1) & 15.
+__device__ __forceinline__ float warp_sum16(float (&v)[16], int lane) {
+  halve<8>(v, lane);
+  halve<4>(v, lane);
+  halve<2>(v, lane);
+  halve<1>(v, lane);
+  return v[0] + __shfl_xor_sync(kFullMask, v[0], 1);
+}
+
+template <int CH>
+__global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
+    int num_cams, int n, int width, int height, int tiles_x, int tiles_y, int m,
+    const float2* __restrict__ means2d, const float3* __restrict__ conics,
+    const float* __restrict__ feats, const float* __restrict__ opacities,
+    const int* __restrict__ offsets, const int* __restrict__ flat_ids,
+    const float* __restrict__ out_alpha, const int* __restrict__ last_ids,
+    const float* __restrict__ v_out_feats, const float* __restrict__ v_out_alpha,
+    float* __restrict__ v_means2d, float* __restrict__ v_conics, float* __restrict__ v_feats,
+    float* __restrict__ v_opacities, float* __restrict__ v_means2d_abs) {
+  const int cam = blockIdx.z;
+  const int tile = blockIdx.y * tiles_x + blockIdx.x;
+  const int tr = threadIdx.y * kTile + threadIdx.x;
+  const int lane = tr & 31;
+  const int i = blockIdx.y * kTile + threadIdx.y;
+  const int j = blockIdx.x * kTile + threadIdx.x;
+  const float px = (float)j + 0.5f, py = (float)i + 0.5f;
+  const bool inside = i < height && j < width;
+  const int64_t pix = ((int64_t)cam * height + i) * width + j;
+
+  const TileRange range = tile_range(offsets, cam, tile, tiles_x * tiles_y, num_cams, m);
+  __shared__ int s_id[kBlock];
+  __shared__ float3 s_xyo[kBlock];
+  __shared__ float3 s_conic[kBlock];
+  __shared__ float s_feat[kBlock * CH];
+
+  const float T_final = inside ? 1.f - out_alpha[pix] : 1.f;
+  float T = T_final;
+  const int last = inside ? last_ids[pix] : range.start;
+  float v_out[CH], behind[CH];
+#pragma unroll
+  for (int ch = 0; ch < CH; ++ch) {
+    v_out[ch] = inside ? v_out_feats[pix * CH + ch] : 0.f;
+    behind[ch] = 0.f;  // sum of w f over the splats behind the current one
+  }
+  const float v_a = inside ? v_out_alpha[pix] : 0.f;
+
+  // The block's largest last index: nothing beyond it contributed to any pixel.
+  __shared__ int s_last;
+  if (tr == 0) s_last = range.start;
+  __syncthreads();
+  atomicMax(&s_last, last);
+  __syncthreads();
+  const int block_end = s_last;
+
+  // Output slot of each of the 16 reduced values (lane >> 1): means2d x y, conic a b c,
+  // CH features, opacity, |means2d| x y.
+  const int slot = lane >> 1;
+  for (int top = block_end; top > range.start; top -= kBlock) {
+    __syncthreads();
+    const int k = top - 1 - tr;
+    if (k >= range.start) {
+      const int g = flat_ids[k];
+      s_id[tr] = g;
+      const float2 xy = means2d[g];
+      s_xyo[tr] = make_float3(xy.x, xy.y, opacities[g % n]);
+      s_conic[tr] = conics[g];
+#pragma unroll
+      for (int ch = 0; ch < CH; ++ch) s_feat[tr * CH + ch] = feats[(int64_t)g * CH + ch];
+    }
+    __syncthreads();
+    const int count = min(kBlock, top - range.start);
+    for (int t = 0; t < count; ++t) {
+      const int kk = top - 1 - t;
+      bool valid = kk < last;
+      float alpha = 0.f, vis = 0.f, dx = 0.f, dy = 0.f;
+      const float3 xyo = s_xyo[t];
+      const float3 co = s_conic[t];
+      if (valid) {
+        dx = px - xyo.x;
+        dy = py - xyo.y;
+        const float sigma = 0.5f * (co.x * dx * dx + co.z * dy * dy) + co.y * dx * dy;
+        vis = __expf(-sigma);
+        alpha = fminf(kAlphaMax, xyo.z * vis);
+        valid = sigma >= 0.f && alpha >= kAlphaMin;
+      }
+      if (!__any_sync(kFullMask, valid)) continue;
+      float v[16];
+#pragma unroll
+      for (int s = 0; s < 16; ++s) v[s] = 0.f;
+      if (valid) {
+        const float ra = 1.f / (1.f - alpha);
+        T *= ra;
+        const float w = alpha * T;
+        float v_alpha = T_final * ra * v_a;
+#pragma unroll
+        for (int ch = 0; ch < CH; ++ch) {
+          const float f = s_feat[t * CH + ch];
+          v[5 + ch] = w * v_out[ch];
+          v_alpha += (f * T - behind[ch] * ra) * v_out[ch];
+          behind[ch] += w * f;
+        }
+        if (xyo.z * vis <= kAlphaMax) {
+          v[5 + CH] = vis * v_alpha;
+          const float v_sigma = -alpha * v_alpha;
+          v[0] = -v_sigma * (co.x * dx + co.y * dy);
+          v[1] = -v_sigma * (co.y * dx + co.z * dy);
+          v[2] = 0.5f * v_sigma * dx * dx;
+          v[3] = v_sigma * dx * dy;
+          v[4] = 0.5f * v_sigma * dy * dy;
+          v[6 + CH] = fabsf(v[0]);
+          v[7 + CH] = fabsf(v[1]);
+        }
+      }
+      const float total = warp_sum16(v, lane);
+      if ((lane & 1) == 0 && total != 0.f) {
+        const int g = s_id[t];
+        float* dst = nullptr;
+        if (slot < 2)
+          dst = v_means2d + (int64_t)g * 2 + slot;
+        else if (slot < 5)
+          dst = v_conics + (int64_t)g * 3 + (slot - 2);
+        else if (slot < 5 + CH)
+          dst = v_feats + (int64_t)g * CH + (slot - 5);
+        else if (slot == 5 + CH)
+          dst = v_opacities + g % n;
+        else if (slot < 8 + CH && v_means2d_abs != nullptr)
+          dst = v_means2d_abs + (int64_t)g * 2 + (slot - 6 - CH);
+        if (dst != nullptr) atomicAdd(dst, total);
+      }
+    }
+  }
+}
+
+template <int CH>
+void launch_forward(
+    const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
+    const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
+    int64_t width, int64_t height, at::Tensor& out_feats, at::Tensor& out_alpha,
+    at::Tensor& last_ids) {
+  const int64_t c = means2d.size(0), n = means2d.size(1);
+  const int tiles_x = (width + kTile - 1) / kTile, tiles_y = (height + kTile - 1) / kTile;
+  const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
+  rasterize_forward_kernel<CH><<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      c, n, width, height, tiles_x, tiles_y, flat_ids.size(0),
+      reinterpret_cast<const float2*>(means2d.data_ptr<float>()),
+      reinterpret_cast<const float3*>(conics.data_ptr<float>()), feats.data_ptr<float>(),
+      opacities.data_ptr<float>(), offsets.data_ptr<int>(), flat_ids.data_ptr<int>(),
+      out_feats.data_ptr<float>(), out_alpha.data_ptr<float>(), last_ids.data_ptr<int>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <int CH>
+void launch_backward(
+    const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
+    const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
+    int64_t width, int64_t height, const at::Tensor& out_alpha, const at::Tensor& last_ids,
+    const at::Tensor& v_out_feats, const at::Tensor& v_out_alpha, at::Tensor& v_means2d,
+    at::Tensor& v_conics, at::Tensor& v_feats, at::Tensor& v_opacities, float* v_abs) {
+  const int64_t c = means2d.size(0), n = means2d.size(1);
+  const int tiles_x = (width + kTile - 1) / kTile, tiles_y = (height + kTile - 1) / kTile;
+  const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
+  rasterize_backward_kernel<CH><<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      c, n, width, height, tiles_x, tiles_y, flat_ids.size(0),
+      reinterpret_cast<const float2*>(means2d.data_ptr<float>()),
+      reinterpret_cast<const float3*>(conics.data_ptr<float>()), feats.data_ptr<float>(),
+      opacities.data_ptr<float>(), offsets.data_ptr<int>(), flat_ids.data_ptr<int>(),
+      out_alpha.data_ptr<float>(), last_ids.data_ptr<int>(), v_out_feats.data_ptr<float>(),
+      v_out_alpha.data_ptr<float>(), v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(),
+      v_feats.data_ptr<float>(), v_opacities.data_ptr<float>(), v_abs);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+std::vector<at::Tensor> rasterize_forward(
+    const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
+    const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
+    int64_t width, int64_t height) {
+  const c10::cuda::OptionalCUDAGuard guard(means2d.device());
+  const int64_t c = means2d.size(0), ch = feats.size(-1);
+  TORCH_CHECK(ch == 3 || ch == 4, "rasterize_forward blends 3 or 4 channels, got ", ch);
+  auto f = means2d.options();
+  auto out_feats = at::empty({c, height, width, ch}, f);
+  auto out_alpha = at::empty({c, height, width, 1}, f);
+  auto last_ids = at::empty({c, height, width}, f.dtype(at::kInt));
+  if (ch == 3)
+    launch_forward<3>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
+                      out_feats, out_alpha, last_ids);
+  else
+    launch_forward<4>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
+                      out_feats, out_alpha, last_ids);
+  return {out_feats, out_alpha, last_ids};
+}
+
+std::vector<at::Tensor> rasterize_backward(
+    const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
+    const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
+    int64_t width, int64_t height, const at::Tensor& out_alpha, const at::Tensor& last_ids,
+    const at::Tensor& v_out_feats, const at::Tensor& v_out_alpha, bool absgrad) {
+  const c10::cuda::OptionalCUDAGuard guard(means2d.device());
+  auto v_means2d = at::zeros_like(means2d);
+  auto v_conics = at::zeros_like(conics);
+  auto v_feats = at::zeros_like(feats);
+  auto v_opacities = at::zeros_like(opacities);
+  auto v_abs = absgrad ? at::zeros_like(means2d) : at::Tensor();
+  float* v_abs_ptr = absgrad ? v_abs.data_ptr<float>() : nullptr;
+  if (feats.size(-1) == 3)
+    launch_backward<3>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
+                       out_alpha, last_ids, v_out_feats, v_out_alpha, v_means2d, v_conics,
+                       v_feats, v_opacities, v_abs_ptr);
+  else
+    launch_backward<4>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
+                       out_alpha, last_ids, v_out_feats, v_out_alpha, v_means2d, v_conics,
+                       v_feats, v_opacities, v_abs_ptr);
+  if (absgrad) return {v_means2d, v_conics, v_feats, v_opacities, v_abs};
+  return {v_means2d, v_conics, v_feats, v_opacities};
+}
+
+}  // namespace gsnb

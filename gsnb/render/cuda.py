@@ -1,0 +1,191 @@
+"""The CUDA backend: autograd functions over the ``csrc/`` rasterizer.
+
+The compiled module comes from :mod:`gsnb.build` (``%gs_build`` / ``gsnb build``);
+:func:`is_available` loads a cached build for this environment without compiling.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from gsnb.render.projection import Projection
+
+_lock = threading.Lock()
+_ext: ModuleType | None = None
+_looked = False
+
+
+def set_extension(module: ModuleType | None) -> None:
+    """Use ``module`` (a built ``csrc/`` extension) for ``backend="cuda"``; ``None`` forgets it."""
+    global _ext, _looked
+    with _lock:
+        _ext = module
+        _looked = module is not None
+
+
+def get_extension() -> ModuleType | None:
+    """The extension in use, loading a cached build on first call; ``None`` if there is none."""
+    global _ext, _looked
+    with _lock:
+        if _ext is None and not _looked:
+            _looked = True
+            try:
+                from gsnb.build import load_cached
+            except ImportError:
+                return None
+            _ext = load_cached()
+        return _ext
+
+
+def is_available() -> bool:
+    """True when a CUDA device is visible and a built rasterizer is loaded (or loadable)."""
+    return torch.cuda.is_available() and get_extension() is not None
+
+
+def _require() -> ModuleType:
+    ext = get_extension()
+    if ext is None:
+        raise RuntimeError(
+            "the CUDA rasterizer is not built for this environment; run %gs_build in a notebook "
+            "or `gsnb build` in a terminal"
+        )
+    return ext
+
+
+class _Project(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        means: Tensor,
+        quats: Tensor,
+        scales: Tensor,
+        opacities: Tensor,
+        coeffs: Tensor,
+        viewmats: Tensor,
+        Ks: Tensor,
+        settings: tuple[int, int, float, float, int, bool],
+    ) -> tuple[Tensor, ...]:
+        width, height, near, far, degree, with_depth = settings
+        means2d, conics, depths, radii, feats, tiles = _require().project_forward(
+            means, quats, scales, opacities, coeffs, viewmats, Ks, width, height, near, far,
+            degree, with_depth,
+        )  # fmt: skip
+        ctx.save_for_backward(means, quats, scales, coeffs, viewmats, Ks, radii, conics)
+        ctx.settings = settings
+        ctx.mark_non_differentiable(radii, tiles)
+        return means2d, conics, depths, radii, feats, tiles
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, v_means2d, v_conics, v_depths, _v_radii, v_feats, _v_tiles):  # type: ignore[override]
+        means, quats, scales, coeffs, viewmats, Ks, radii, conics = ctx.saved_tensors
+        width, height, near, far, degree, _ = ctx.settings
+        v_means, v_quats, v_scales, v_coeffs = _require().project_backward(
+            means, quats, scales, coeffs, viewmats, Ks, width, height, near, far, degree,
+            radii, conics, v_means2d.contiguous(), v_conics.contiguous(), v_feats.contiguous(),
+            v_depths.contiguous(),
+        )  # fmt: skip
+        needs = ctx.needs_input_grad
+        return (
+            v_means if needs[0] else None,
+            v_quats if needs[1] else None,
+            v_scales if needs[2] else None,
+            None,
+            v_coeffs if needs[4] else None,
+            None,
+            None,
+            None,
+        )
+
+
+class _Rasterize(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        means2d: Tensor,
+        conics: Tensor,
+        feats: Tensor,
+        opacities: Tensor,
+        offsets: Tensor,
+        flat_ids: Tensor,
+        size: tuple[int, int],
+        absgrad_sink: Tensor | None,
+    ) -> tuple[Tensor, Tensor]:
+        width, height = size
+        out, alpha, last_ids = _require().rasterize_forward(
+            means2d, conics, feats, opacities, offsets, flat_ids, width, height
+        )
+        ctx.save_for_backward(means2d, conics, feats, opacities, offsets, flat_ids, alpha, last_ids)
+        ctx.size = size
+        ctx.absgrad_sink = absgrad_sink
+        return out, alpha
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, v_out: Tensor, v_alpha: Tensor):  # type: ignore[override]
+        means2d, conics, feats, opacities, offsets, flat_ids, alpha, last_ids = ctx.saved_tensors
+        width, height = ctx.size
+        sink = ctx.absgrad_sink
+        grads = _require().rasterize_backward(
+            means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha,
+            last_ids, v_out.contiguous(), v_alpha.contiguous(), sink is not None,
+        )  # fmt: skip
+        if sink is not None:
+            sink.add_(grads[4])
+        return grads[0], grads[1], grads[2], grads[3], None, None, None, None
+
+
+def render(
+    means: Tensor,
+    quats: Tensor,
+    scales: Tensor,
+    opacities: Tensor,
+    colors: Tensor,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    degree: int | None,
+    near_plane: float,
+    far_plane: float,
+    absgrad: bool,
+    with_depth: bool = True,
+) -> tuple[Tensor, Tensor, Tensor | None, Projection]:
+    """Render with the CUDA kernels; arguments are validated by :func:`gsnb.render`."""
+    if means.dtype != torch.float32:
+        raise ValueError(
+            f"the CUDA backend computes in float32, got {means.dtype}; convert the inputs with "
+            ".float() or use backend='reference' for float64"
+        )
+    num_cams = viewmats.shape[0]
+    means, quats, scales, opacities = (t.contiguous() for t in (means, quats, scales, opacities))
+    coeffs = colors.contiguous()
+    viewmats, Ks = viewmats.contiguous(), Ks.contiguous()
+    sh = -1 if degree is None else degree
+    means2d, conics, depths, radii, feats, tiles = _Project.apply(
+        means, quats, scales, opacities, coeffs, viewmats, Ks,
+        (width, height, float(near_plane), float(far_plane), sh, with_depth),
+    )  # fmt: skip
+    if means2d.requires_grad:
+        means2d.retain_grad()
+    offsets, flat_ids = _require().bin_splats(
+        means2d.detach(), conics.detach(), opacities.detach(), depths.detach(), radii, tiles,
+        width, height,
+    )  # fmt: skip
+    sink = None
+    if absgrad:
+        sink = torch.zeros((num_cams, means.shape[0], 2), device=means.device)
+        means2d.absgrad = sink  # type: ignore[attr-defined]
+    out, alpha = _Rasterize.apply(
+        means2d, conics, feats, opacities, offsets, flat_ids, (width, height), sink
+    )
+    if not with_depth:  # the blended features are exactly the colours
+        return out, alpha, None, Projection(means2d, conics, depths, radii)
+    depth = out[..., 3:4] / alpha.clamp_min(1e-10)
+    return out[..., :3], alpha, depth, Projection(means2d, conics, depths, radii)

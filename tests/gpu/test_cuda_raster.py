@@ -1,0 +1,206 @@
+"""The CUDA backend against the reference backend run in float64.
+
+Error measure: relative L2 error ``|cuda - ref| / |ref|`` over a whole output or
+gradient tensor. The CUDA kernels compute in float32; pixels whose splats sit
+exactly at the 1/255 or 1e-4 thresholds may round differently, which the
+relative L2 measure absorbs while still catching any systematic difference.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gsnb
+from gsnb.render.scenes import orbit_cameras, random_gaussians
+
+OUTPUT_TOL = 1e-4  # relative L2 error of rgb, alpha, depth
+GRAD_TOL = 1e-3  # relative L2 error of each gradient
+KEYS = ("means", "quats", "scales", "opacities", "colors")
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative L2 error; a tensor that is zero in exact arithmetic (e.g. the rotation
+    gradient of an isotropic Gaussian) is compared against an RMS floor of 1e-5."""
+    a, b = a.detach().double(), b.detach().double()
+    floor = 1e-5 * max(b.numel(), 1) ** 0.5
+    return float((a - b).norm() / max(float(b.norm()), floor))
+
+
+def scene(n, width, height, cams, sh_degree=3, seed=0, scale_range=(0.005, 0.05)):
+    g = random_gaussians(n, sh_degree=sh_degree, seed=seed, scale_range=scale_range, device="cuda")
+    viewmats, Ks = orbit_cameras(cams, width, height)
+    return g, viewmats.cuda(), Ks.cuda()
+
+
+def run(g, viewmats, Ks, width, height, backend, dtype, weights=None, absgrad=False, **kw):
+    params = {k: v.to(dtype).clone().requires_grad_(True) for k, v in g.items()}
+    if kw.get("backgrounds") is not None:
+        kw = kw | {"backgrounds": kw["backgrounds"].to(dtype)}
+    out = gsnb.render(
+        **params, viewmats=viewmats.to(dtype), Ks=Ks.to(dtype), width=width, height=height,
+        backend=backend, absgrad=absgrad, **kw,
+    )  # fmt: skip
+    if weights is None:
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        shape = out.rgb.shape[:3]
+        weights = (
+            torch.rand((*shape, 3), generator=gen, device="cuda"),
+            torch.rand((*shape, 1), generator=gen, device="cuda"),
+            torch.rand((*shape, 1), generator=gen, device="cuda"),
+        )
+    w_rgb, w_alpha, w_depth = (w.to(dtype) for w in weights)
+    # Depth enters weighted by alpha so that near-empty pixels do not dominate.
+    loss = (out.rgb * w_rgb).sum() + (out.alpha * w_alpha).sum()
+    if out.depth is not None:
+        loss = loss + (out.depth * out.alpha.detach() * w_depth).sum() * 0.1
+    loss.backward()
+    grads = {k: params[k].grad for k in KEYS}
+    grads["means2d"] = out.meta.means2d.grad
+    return out, grads, weights
+
+
+def compare(g, viewmats, Ks, width, height, absgrad=False, **kw):
+    out_c, grads_c, weights = run(
+        g, viewmats, Ks, width, height, "cuda", torch.float32, absgrad=absgrad, **kw
+    )
+    out_r, grads_r, _ = run(
+        g, viewmats, Ks, width, height, "reference", torch.float64, weights, absgrad=absgrad, **kw
+    )
+    errors = {"rgb": rel_err(out_c.rgb, out_r.rgb), "alpha": rel_err(out_c.alpha, out_r.alpha)}
+    if out_r.depth is not None:
+        errors["depth"] = rel_err(out_c.depth * out_r.alpha, out_r.depth * out_r.alpha)
+    for k in grads_r:
+        errors[f"grad_{k}"] = rel_err(grads_c[k], grads_r[k])
+    if absgrad:
+        errors["absgrad"] = rel_err(out_c.meta.absgrad, out_r.meta.absgrad)
+    for t in (out_c.rgb, out_c.alpha, out_c.depth, *grads_c.values()):
+        assert t is None or torch.isfinite(t).all()
+    vis_c, vis_r = out_c.meta.radii > 0, out_r.meta.radii > 0
+    errors["radii_mismatch"] = float((vis_c != vis_r).float().mean())
+    return errors, out_c, out_r
+
+
+def check(errors):
+    print({k: f"{v:.2e}" for k, v in errors.items()})
+    for k, v in errors.items():
+        if k == "radii_mismatch":
+            assert v < 1e-3, (k, v)
+        elif k.startswith("grad") or k == "absgrad":
+            assert v < GRAD_TOL, (k, v)
+        else:
+            assert v < OUTPUT_TOL, (k, v)
+
+
+@pytest.mark.parametrize(
+    ("n", "width", "height", "cams", "sh_degree"),
+    [
+        (1, 64, 48, 1, 0),
+        (100, 97, 61, 1, 1),
+        (1000, 129, 77, 2, 2),
+        (5000, 200, 150, 3, 3),
+        (20000, 256, 173, 4, None),
+        (50000, 321, 241, 1, 3),
+    ],
+)
+def test_matches_reference(cuda_ext, n, width, height, cams, sh_degree):
+    g, viewmats, Ks = scene(n, width, height, cams, sh_degree=sh_degree, seed=n)
+    errors, _, _ = compare(g, viewmats, Ks, width, height)
+    check(errors)
+
+
+def test_absgrad_matches_reference(cuda_ext):
+    g, viewmats, Ks = scene(3000, 113, 90, 2, seed=7)
+    errors, out_c, _ = compare(g, viewmats, Ks, 113, 90, absgrad=True)
+    check(errors)
+    assert out_c.meta.absgrad is not None and float(out_c.meta.absgrad.sum()) > 0
+
+
+def test_without_depth_channel(cuda_ext):
+    g, viewmats, Ks = scene(4000, 150, 101, 2, seed=21)
+    errors, out_c, _ = compare(g, viewmats, Ks, 150, 101, with_depth=False, absgrad=True)
+    check(errors)
+    assert out_c.depth is None
+
+
+def test_depth_in_meta_gets_gradients(cuda_ext):
+    g, viewmats, Ks = scene(500, 64, 48, 2, seed=4)
+    grads = {}
+    for backend, dtype in (("cuda", torch.float32), ("reference", torch.float64)):
+        means = g["means"].to(dtype).clone().requires_grad_(True)
+        rest = {k: v.to(dtype) for k, v in g.items() if k != "means"}
+        out = gsnb.render(
+            means, **rest, viewmats=viewmats.to(dtype), Ks=Ks.to(dtype), width=64, height=48,
+            backend=backend,
+        )  # fmt: skip
+        (out.meta.depths * out.meta.visible).sum().backward()
+        grads[backend] = means.grad
+    assert rel_err(grads["cuda"], grads["reference"]) < GRAD_TOL
+
+
+def test_backgrounds_and_lower_sh_degree(cuda_ext):
+    g, viewmats, Ks = scene(2000, 90, 70, 2, seed=3)
+    bg = torch.tensor([[0.2, 0.5, 0.9], [1.0, 1.0, 1.0]], device="cuda")
+    errors, _, _ = compare(g, viewmats, Ks, 90, 70, backgrounds=bg, sh_degree=1)
+    check(errors)
+
+
+def test_several_cameras_equal_one_at_a_time(cuda_ext):
+    g, viewmats, Ks = scene(4000, 130, 97, 3, seed=11)
+    together = gsnb.render(**g, viewmats=viewmats, Ks=Ks, width=130, height=97, backend="cuda")
+    for c in range(3):
+        alone = gsnb.render(
+            **g, viewmats=viewmats[c : c + 1], Ks=Ks[c : c + 1], width=130, height=97,
+            backend="cuda",
+        )  # fmt: skip
+        assert torch.equal(alone.rgb[0], together.rgb[c])
+        assert torch.equal(alone.meta.radii[0], together.meta.radii[c])
+
+
+@pytest.mark.parametrize(("width", "height"), [(1, 1), (17, 13), (33, 20), (1921, 1081)])
+def test_odd_sizes(cuda_ext, width, height):
+    g, viewmats, Ks = scene(3000 if width > 100 else 300, width, height, 1, seed=width)
+    errors, _, _ = compare(g, viewmats, Ks, width, height)
+    check(errors)
+
+
+def test_no_gaussians(cuda_ext):
+    g, viewmats, Ks = scene(0, 40, 30, 2)
+    params = {k: v.clone().requires_grad_(True) for k, v in g.items()}
+    out = gsnb.render(**params, viewmats=viewmats, Ks=Ks, width=40, height=30, backend="cuda")
+    assert out.rgb.shape == (2, 30, 40, 3) and float(out.alpha.abs().sum()) == 0
+    out.rgb.sum().backward()
+    assert out.meta.num_visible == 0
+
+
+def test_all_behind_camera(cuda_ext):
+    g, viewmats, Ks = scene(500, 64, 64, 1)
+    g["means"] = g["means"] * 0.1 - viewmats[0, 2, :3] * 10.0  # far behind along -forward
+    out = gsnb.render(**g, viewmats=viewmats, Ks=Ks, width=64, height=64, backend="cuda")
+    assert out.meta.num_visible == 0 and float(out.alpha.sum()) == 0
+
+
+def test_one_huge_gaussian_covers_image(cuda_ext):
+    g, viewmats, Ks = scene(1, 300, 200, 1, sh_degree=None)
+    g["means"][:] = 0
+    g["scales"][:] = 50.0
+    g["opacities"][:] = 0.8
+    errors, out_c, _ = compare(g, viewmats, Ks, 300, 200)
+    check(errors)
+    assert float(out_c.alpha.min()) > 0.79
+
+
+def test_tiny_and_degenerate_scales(cuda_ext):
+    g, viewmats, Ks = scene(2000, 120, 80, 1, seed=5)
+    g["scales"][:500] = 1e-8
+    g["scales"][500:1000, 1:] = 1e-7  # needles: near-singular 3D covariances
+    g["scales"][1000:1500, 0] = 1e-7  # discs
+    errors, _, _ = compare(g, viewmats, Ks, 120, 80)
+    check(errors)
+
+
+def test_distant_and_clipped_gaussians(cuda_ext):
+    g, viewmats, Ks = scene(3000, 100, 80, 1, seed=9)
+    g["means"][:1000] *= 20.0  # many far outside the view
+    errors, _, _ = compare(g, viewmats, Ks, 100, 80, near_plane=2.5, far_plane=3.5)
+    check(errors)

@@ -129,7 +129,7 @@ def load_cached() -> types.ModuleType | None:
 
         from gsnb.build.flags import BuildFlags
         from gsnb.build.gpus import torch_gpus
-        from gsnb.build.loader import load_module
+        from gsnb.build.loader import dll_directories, load_module
 
         gpus = torch_gpus()
         if not gpus:
@@ -141,7 +141,8 @@ def load_cached() -> types.ModuleType | None:
         builds = compatible_builds(default_cache_dir(), PREFIX, fp, [g.capability for g in gpus])
         if not builds:
             return None
-        module = load_module(builds[0].name, builds[0].library)
+        dlls = dll_directories(builds[0].manifest.get("toolkit"))
+        module = load_module(builds[0].name, builds[0].library, dlls)
     except Exception as err:  # a broken cache must never break rendering
         if not _warned:
             _warned = True

@@ -32,7 +32,7 @@ from gsnb.build.flags import Arch, BuildFlags
 from gsnb.build.gpus import torch_gpus
 from gsnb.build.host import Host
 from gsnb.build.jit import JitRequest, compile_module
-from gsnb.build.loader import load_module
+from gsnb.build.loader import add_dll_directories, dll_directories, load_module
 from gsnb.build.progress import BuildProgress
 from gsnb.build.result import BuildError, BuildResult
 from gsnb.build.toolkit import Toolkit
@@ -183,7 +183,7 @@ def _context(env: Environment, log: Path | None, jobs: int) -> dict[str, Any]:
 
 def _load_cached(hit: CachedBuild, notes: list[str]) -> Any:
     try:
-        return load_module(hit.name, hit.library)
+        return load_module(hit.name, hit.library, dll_directories(hit.manifest.get("toolkit")))
     except ImportError as err:
         found = recognise(str(err))
         cause = str(found[0]) if found else str(err)
@@ -286,6 +286,13 @@ def build_extension(
                 notes.append(str(diagnose("half-built", build_dir=plan.folder)))
             shutil.rmtree(plan.folder)
         module = _compile(request, env, plan, jobs, verbose, progress)
+        after = fingerprint(
+            sources_dir, flags_payload(plan.flags), torch.__version__, torch.version.cuda
+        )
+        if after != plan.fingerprint:
+            raise BuildError(
+                "the build is not cached", [diagnose("sources-changed", sources=sources_dir)]
+            )
         manifest = _manifest(env, plan, request, jobs, time.perf_counter() - start)
         write_manifest(plan.folder, manifest)
     sys.modules[plan.name] = module
@@ -301,6 +308,7 @@ def _compile(
         with open(log_path, "w", encoding="utf-8") as log:
             shown = BuildProgress(log, show=progress, verbose=verbose, jobs=jobs)
             try:
+                add_dll_directories(dll_directories(request.cuda_home))
                 module = compile_module(request, shown.feed)
             except BaseException:
                 shown.close(success=False)

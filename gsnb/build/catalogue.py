@@ -125,13 +125,71 @@ _ENTRIES: list[Entry] = [
         (
             r"cannot find -lcudart",
             r"cuda_runtime(?:_api)?\.h: No such file or directory",
-            r"fatal error C1083: Cannot open include file: 'cuda_runtime\.h'",
         ),
         {
             "guess": "the folder above nvcc's folder (a wrapper script or link in the way)",
             "missing": "lib64/libcudart.so or include/cuda_runtime.h",
             "root": "the toolkit folder gsnb doctor shows",
         },
+    ),
+    Entry(
+        "toolkit-root-off-by-one",
+        "CUDA_PATH one folder off",
+        "the CUDA toolkit root is one folder off ({value}), so the compiler cannot find "
+        "cuda_runtime.h",
+        "set CUDA_PATH to the folder holding bin\\nvcc.exe and include\\cuda_runtime.h "
+        "({root}); gsnb passes that folder to the build itself",
+        (r"fatal error C1083: Cannot open include file: '(?:cuda_runtime(?:_api)?|cuda)\.h'",),
+        {"value": "e.g. ...\\CUDA instead of ...\\CUDA\\v13.0", "root": "the vX.Y folder"},
+    ),
+    Entry(
+        "cl-not-found",
+        "cl.exe not found",
+        "the Microsoft C++ compiler (cl.exe) was not found{where}",
+        'start Jupyter from the "x64 Native Tools Command Prompt for VS 2022", or install '
+        'Visual Studio 2022 Build Tools with "Desktop development with C++" (gsnb finds '
+        "cl.exe through vswhere by itself)",
+        (
+            r"'cl' is not recognized as an internal or external command",
+            r"Cannot find compiler 'cl\.exe' in PATH",
+            r"Microsoft Visual C\+\+ 14\.0 or greater is required",
+            r"Error checking compiler version for cl",
+        ),
+        {"where": " on PATH or through vswhere"},
+    ),
+    Entry(
+        "dll-load-failed",
+        "DLL load failed",
+        "Windows could not load a DLL the module needs{detail}: usually another CUDA "
+        "version's cudart64_*.dll earlier on PATH, or a CUDA bin folder Python does not search",
+        "gsnb calls os.add_dll_directory() for torch's lib folder and the toolkit's bin folder "
+        'before loading; in your own code call os.add_dll_directory(r"{bin}") before the '
+        "import and remove other CUDA versions' folders from PATH",
+        (r"DLL load failed while importing", r"\[WinError 126\]"),
+        {"detail": "", "bin": "<CUDA root>\\bin"},
+    ),
+    Entry(
+        "env-not-seen",
+        "variable not seen",
+        "{var} is set to {stored} for new shells but this process sees {seen}: it was set "
+        "after Jupyter started, or only in another shell",
+        "restart Jupyter (or the terminal) so it inherits the variable, or set it for this "
+        "kernel with %env {var}={stored}",
+        (),
+        {"var": "the variable", "stored": "a value", "seen": "another"},
+    ),
+    Entry(
+        "shm-small",
+        "small /dev/shm",
+        "the shared-memory folder /dev/shm holds only {size}",
+        "DataLoader workers pass batches through it: enlarge it (WSL2 or Linux: sudo mount -o "
+        "remount,size=8G /dev/shm; Docker: --shm-size=8g or --ipc=host) or use num_workers=0",
+        (
+            r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
+            r"unable to write to file </torch_\d+",
+            r"insufficient shared memory \(shm\)",
+        ),
+        {"size": "little"},
     ),
     Entry(
         "cuda-major-mismatch",
@@ -262,6 +320,24 @@ _ENTRIES: list[Entry] = [
         {"gpu_sm": "of this GPU", "built": "other architectures"},
     ),
     Entry(
+        "symbol-not-defined",
+        "sources disagree",
+        "the compiled sources do not agree with each other: {symbol} is declared but no file "
+        "defines it (a header differs from its .cu file, or a file changed during the build)",
+        "rebuild with --force; if it stays, make the declaration in the header match its "
+        "definition",
+        (r"undefined symbol: (?P<symbol>_ZN4gsnb\S*)",),
+        {"symbol": "a gsnb function"},
+    ),
+    Entry(
+        "sources-changed",
+        "sources changed while compiling",
+        "the sources in {sources} changed while they were being compiled",
+        "build again once the edits are saved (nothing was cached from this build)",
+        (),
+        {"sources": "the sources folder"},
+    ),
+    Entry(
         "undefined-symbol",
         "undefined symbol on import",
         "the module does not match the libraries of this process (undefined symbol "
@@ -294,6 +370,15 @@ _ENTRIES: list[Entry] = [
         "nothing to do: gsnb removed it and built again",
         (),
         {"build_dir": "the cache"},
+    ),
+    Entry(
+        "msbuild-nvcc-failed",
+        "nvcc failed under MSBuild",
+        "nvcc failed inside MSBuild (MSB3721); the real error is in the lines just above it",
+        "read the first error line above the MSB3721 line in the log ({log}): most often a "
+        "Visual Studio version nvcc does not support, or a compile error",
+        (r"error MSB3721: The command .*nvcc(?:\.exe)?.* exited with code \d+",),
+        {"log": "the build folder (build.log)"},
     ),
     Entry(
         "compile-error",

@@ -110,7 +110,9 @@ class Environment:
                 host.env.get("CUDA_VISIBLE_DEVICES"),
                 self.archs_given,
             ),
-            rules.check_driver(self.driver, self.torch_cuda, host.windows, bool(self.gpus)),
+            rules.check_driver(
+                self.driver, self.torch_cuda, host.windows, bool(self.gpus), host.wsl()
+            ),
             *rules.check_toolkit(self.choice, self.search.rejected, self.guess, self.torch_cuda),
         ]
         if toolkit is not None:
@@ -131,11 +133,17 @@ class Environment:
                 self.nvcc,
                 self.host_config_limits,
                 str(self.alternative) if self.alternative else None,
+                host.windows,
             )
         )
         cxx = self.cxx
         items.append(
-            rules.check_cxx(cxx.kind if cxx else None, str(cxx) if cxx else "", self.std == "c++20")
+            rules.check_cxx(
+                cxx.kind if cxx else None,
+                str(cxx) if cxx else "",
+                self.std == "c++20",
+                host.windows,
+            )
         )
         items.append(
             rules.check_ninja(
@@ -161,7 +169,26 @@ class Environment:
             )
         items.append(rules.check_sources(str(self.sources_dir), len(self.sources)))
         items.append(rules.check_cache(str(self.cache_dir), self.cache_problem, self.disk_free))
+        items += self._platform_checks()
         return items + self.extra
+
+    def _platform_checks(self) -> list[Check]:
+        """Variables as seen, WSL2, shared memory (Linux) and DLL search order (Windows)."""
+        host = self.host
+        items = rules.check_environment(host.env, host.persistent_env)
+        if host.wsl():
+            items.append(Check("WSL2", "yes", "info", "GPU through the Windows driver"))
+        shm = rules.check_shm(host.shm_size())
+        if shm is not None:
+            items.append(shm)
+        if host.windows:
+            toolkit = self.choice.toolkit
+            items.append(
+                rules.check_dll_path(
+                    host.path_dirs(), toolkit.nvcc.parent if toolkit else None, self.torch_cuda
+                )
+            )
+        return items
 
     def failures(self) -> list[Check]:
         """The checks that stop a build."""

@@ -41,6 +41,8 @@ class Host:
         site_packages: folders searched for pip-installed CUDA wheels.
         scripts_dir: this Python's scripts folder, where ``pip install ninja`` puts
             ``ninja`` (not on ``PATH`` when a kernel runs a venv's Python directly).
+        persistent_env: on Windows, the user and system variables stored in the
+            registry (what a newly started shell would see); None elsewhere.
 
     Example:
         >>> host = Host.current()
@@ -55,16 +57,38 @@ class Host:
     dev_shm: Path = Path("/dev/shm")
     site_packages: tuple[Path, ...] = field(default_factory=_default_site_packages)
     scripts_dir: Path | None = field(default_factory=lambda: Path(sysconfig.get_path("scripts")))
+    persistent_env: Mapping[str, str] | None = None
 
     @classmethod
     def current(cls) -> Host:
         """The machine this process runs on."""
-        return cls(system=platform.system(), env=dict(os.environ))
+        system = platform.system()
+        stored = _registry_environment() if system == "Windows" else None
+        return cls(system=system, env=dict(os.environ), persistent_env=stored)
 
     @property
     def windows(self) -> bool:
         """True on Windows (native, not WSL)."""
         return self.system == "Windows"
+
+    def wsl(self) -> bool:
+        """True inside WSL (``/proc/version`` names Microsoft)."""
+        text = self.read_text(self.proc / "version", 4096) or ""
+        return self.system == "Linux" and "microsoft" in text.lower()
+
+    def program_files(self) -> list[Path]:
+        """``%ProgramFiles%`` (and ``%ProgramW6432%``) on Windows."""
+        names = ("ProgramFiles", "ProgramW6432", "ProgramFiles(x86)")
+        return list(dict.fromkeys(Path(self.env[n]) for n in names if self.env.get(n)))
+
+    def shm_size(self) -> int | None:
+        """Total bytes of the shared-memory folder (``/dev/shm``), or None without one."""
+        if self.windows or not self.dev_shm.is_dir():
+            return None
+        try:
+            return shutil.disk_usage(self.dev_shm).total
+        except OSError:
+            return None
 
     def exe(self, name: str) -> str:
         """``name`` with ``.exe`` on Windows."""
@@ -136,3 +160,33 @@ class Host:
                 except OSError:
                     return None
         return None
+
+
+def _registry_environment() -> dict[str, str] | None:
+    """User and system environment variables as stored in the Windows registry."""
+    try:
+        import winreg
+    except ImportError:
+        return None
+    places = [
+        (
+            winreg.HKEY_LOCAL_MACHINE,
+            r"SYSTEM\CurrentControlSet\Control\Session Manager\Environment",
+        ),
+        (winreg.HKEY_CURRENT_USER, "Environment"),
+    ]
+    found: dict[str, str] = {}
+    for root, key in places:
+        try:
+            with winreg.OpenKey(root, key) as handle:
+                index = 0
+                while True:
+                    try:
+                        name, value, _ = winreg.EnumValue(handle, index)
+                    except OSError:
+                        break
+                    found[name.upper()] = str(value)
+                    index += 1
+        except OSError:
+            continue
+    return found

@@ -8,6 +8,7 @@ Each ``check_*`` function looks at a few discovered facts and returns a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -193,8 +194,13 @@ def check_gpus(gpus: list[str], smi: list[str], visible: str | None, archs_given
     return Check("GPU", "none visible", "fail", "give --arch to compile without a GPU", diagnosis)
 
 
-def check_driver(driver: str | None, cuda: str | None, windows: bool, have_gpu: bool) -> Check:
+def check_driver(
+    driver: str | None, cuda: str | None, windows: bool, have_gpu: bool, wsl: bool = False
+) -> Check:
     """The driver must be new enough for the CUDA major of torch (and of the toolkit)."""
+    if driver is None and wsl:
+        note = "WSL2: the Windows driver serves the GPU; nvidia-smi is optional (/usr/lib/wsl/lib)"
+        return Check("NVIDIA driver", "Windows host driver", "info", note)
     if driver is None:
         status: Status = "warn" if have_gpu else "info"
         return Check(
@@ -269,6 +275,12 @@ def check_archs(
 
 def _arch_remedy(arch: tuple[int, int]) -> str:
     added, removed = ARCH_SUPPORT.get(arch, ((0, 0), None))
+    if arch in ((12, 0), (12, 1)):
+        return (
+            f"RTX 50-series and other sm_{arch[0]}{arch[1]} GPUs need CUDA {added[0]}.{added[1]} "
+            f"or newer: install that toolkit and a torch built for it (pip install torch "
+            f"--index-url https://download.pytorch.org/whl/cu{added[0]}{added[1]} or cu130)"
+        )
     if removed is not None:
         return (
             f"use CUDA {removed[0] - 1}.x (toolkit and torch of that major) for this GPU, "
@@ -288,17 +300,19 @@ def check_host_compiler(
     nvcc: tuple[int, ...] | None,
     limits: tuple[int | None, int | None] = (None, None),
     alternative: str | None = None,
+    windows: bool = False,
 ) -> Check:
-    """nvcc's host compiler must be within the range nvcc accepts.
+    """nvcc's host compiler must be within the range nvcc accepts (the x64 cl.exe on Windows).
 
     ``limits`` (newest gcc, newest clang) read from the toolkit's ``host_config.h``
     override the table; ``alternative`` names a supported ``gcc-N`` found on ``PATH``.
     """
     name = "host compiler (nvcc)"
     if kind is None:
-        return Check(
-            name, "not found", "fail", "", diagnose("host-compiler-missing", what=" for nvcc")
-        )
+        entry = "cl-not-found" if windows else "host-compiler-missing"
+        return Check(name, "not found", "fail", "", diagnose(entry, what=" for nvcc"))
+    if kind.startswith("msvc"):
+        return _check_msvc(name, kind, version, description, nvcc)
     if nvcc is None or kind not in ("gcc", "clang"):
         return Check(name, description, "ok" if kind != "unknown" else "warn")
     table = host_limits(nvcc)
@@ -331,13 +345,44 @@ def check_host_compiler(
     )
 
 
-def check_cxx(kind: str | None, description: str, cxx20: bool) -> Check:
+def _check_msvc(
+    name: str, kind: str, version: tuple[int, ...], description: str, nvcc: tuple[int, ...] | None
+) -> Check:
+    if kind != "msvc":
+        target = kind.removeprefix("msvc-")
+        diagnosis = diagnose(
+            "host-compiler-unsupported",
+            compiler=description,
+            nvcc=".".join(map(str, (nvcc or ())[:2])),
+            supported=f"the x64 cl.exe, not the {target} one",
+            remedy='start Jupyter from the "x64 Native Tools Command Prompt for VS 2022" '
+            "(not the x86 one), or let gsnb find the x64 cl.exe through vswhere",
+        )
+        return Check(name, description, "fail", f"builds for {target}, not x64", diagnosis)
+    if nvcc is None:
+        return Check(name, description, "ok")
+    low, refused = host_limits(nvcc).msvc
+    msc_ver = version[0] * 100 + version[1]
+    if low <= msc_ver < refused:
+        return Check(name, description, "ok", f"_MSC_VER {msc_ver} in [{low}, {refused})")
+    diagnosis = diagnose(
+        "host-compiler-unsupported",
+        compiler=description,
+        nvcc=".".join(map(str, nvcc[:2])),
+        supported=f"_MSC_VER {low} to {refused - 1}",
+        remedy="install Visual Studio 2022 (Build Tools) beside it and start Jupyter from its "
+        '"x64 Native Tools Command Prompt"',
+    )
+    note = f"_MSC_VER {msc_ver} not in [{low}, {refused})"
+    return Check(name, description, "fail", note, diagnosis)
+
+
+def check_cxx(kind: str | None, description: str, cxx20: bool, windows: bool = False) -> Check:
     """The compiler torch uses for ``.cpp`` files must exist (and speak C++20 where needed)."""
     name = "C++ compiler (torch)"
     if kind is None:
-        return Check(
-            name, "not found", "fail", "", diagnose("host-compiler-missing", what=" (c++ / CXX)")
-        )
+        entry = "cl-not-found" if windows else "host-compiler-missing"
+        return Check(name, "not found", "fail", "", diagnose(entry, what=" (c++ / CXX)"))
     return Check(name, description, "ok", "C++20 needed by torch" if cxx20 else "")
 
 
@@ -390,7 +435,11 @@ def check_toolkit(
     checks = []
     for how, root, why in rejected:
         if how.startswith(("CUDA_HOME", "CUDA_PATH")):
-            diagnosis = diagnose("cuda-home-invalid", var=how, value=root, problem=why)
+            if " is one folder off the toolkit root " in why:
+                right = why.split(" is one folder off the toolkit root ", 1)[1]
+                diagnosis = diagnose("toolkit-root-off-by-one", value=root, root=right)
+            else:
+                diagnosis = diagnose("cuda-home-invalid", var=how, value=root, problem=why)
             checks.append(Check(how, str(root), "warn", "not a toolkit: ignored", diagnosis))
     toolkit = choice.toolkit
     if toolkit is None:
@@ -404,6 +453,9 @@ def check_toolkit(
     checks.append(Check("CUDA toolkit", value, "ok", choice.reason))
     if guess is not None and not _same(guess, toolkit.root):
         problem = _missing(guess, toolkit)
+        if not problem:
+            note = f"torch alone would use {guess}; gsnb passes {toolkit.root}"
+            checks.append(Check("torch's toolkit guess", str(guess), "info", note))
         if problem:
             diagnosis = diagnose(
                 "toolkit-root-wrong", guess=guess, missing=problem, root=toolkit.root
@@ -424,3 +476,53 @@ def _missing(guess: Path, toolkit: Toolkit) -> str:
     lib = "lib/x64/cudart.lib" if toolkit.lib_dir.name == "x64" else "lib64/libcudart.so"
     wanted = ["include/cuda_runtime.h", lib]
     return " or ".join(w for w in wanted if not (guess / w).exists())
+
+
+WATCHED_VARIABLES = (
+    "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CC", "CXX", "NVCC_CCBIN",
+    "MAX_JOBS", "TORCH_CUDA_ARCH_LIST", "GSNB_CACHE_DIR", "VSCMD_ARG_TGT_ARCH",
+)  # fmt: skip
+
+
+def check_environment(seen: Mapping[str, str], stored: Mapping[str, str] | None) -> list[Check]:
+    """The build's variables as this process sees them, and a warning for each one that a
+    new shell would see differently (Windows keeps them in the registry)."""
+    upper = {k.upper(): v for k, v in seen.items()}
+    shown = ", ".join(f"{k}={upper[k]}" for k in WATCHED_VARIABLES if k in upper) or "none set"
+    checks = [Check("variables seen", shown, "info", "as this process sees them")]
+    for name in WATCHED_VARIABLES if stored is not None else ():
+        value = stored.get(name)  # type: ignore[union-attr]
+        now = upper.get(name)
+        if value is not None and now != value:
+            diagnosis = diagnose("env-not-seen", var=name, stored=value, seen=now or "nothing")
+            checks.append(Check(name, now or "unset", "warn", f"new shells get {value}", diagnosis))
+    return checks
+
+
+def check_shm(size: int | None, needed: int = 1 << 30) -> Check | None:
+    """``/dev/shm`` should hold ``needed`` bytes for DataLoader workers (None without one)."""
+    if size is None:
+        return None
+    mib = f"{size / 2**20:.0f} MiB"
+    if size < needed:
+        diagnosis = diagnose("shm-small", size=mib)
+        return Check("shared memory", mib, "warn", "DataLoader workers need more", diagnosis)
+    return Check("shared memory", mib, "ok")
+
+
+def check_dll_path(
+    path_dirs: list[Path], toolkit_bin: Path | None, torch_cuda: str | None
+) -> Check:
+    """On Windows no other CUDA major's ``cudart64_*.dll`` may come before the toolkit on PATH."""
+    major = version_tuple(torch_cuda)[:1]
+    for folder in path_dirs:
+        if toolkit_bin is not None and _same(folder, toolkit_bin):
+            break
+        for dll in sorted(folder.glob("cudart64_*.dll")):
+            found = version_tuple(dll.stem.removeprefix("cudart64_"))[:1]
+            if major and found and found != major:
+                detail = f" ({dll} comes first on PATH)"
+                diagnosis = diagnose("dll-load-failed", detail=detail, bin=toolkit_bin or "?")
+                note = "another CUDA's runtime first on PATH"
+                return Check("DLL search", str(dll), "warn", note, diagnosis)
+    return Check("DLL search", "no other CUDA runtime ahead on PATH", "ok")

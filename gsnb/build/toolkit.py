@@ -173,12 +173,37 @@ def _version_key(path: Path) -> tuple[int, ...]:
     return tuple(int(d) for d in digits) or (0,)
 
 
+def _windows_roots(host: Host) -> list[tuple[str, Path, Path | None]]:
+    """``CUDA_PATH_V<major>_<minor>`` variables and ``Program Files\\...\\CUDA\\v*`` folders."""
+    found: list[tuple[str, Path, Path | None]] = []
+    versioned = [k for k in host.env if re.fullmatch(r"CUDA_PATH_V\d+_\d+", k, flags=re.IGNORECASE)]
+    for var in sorted(
+        versioned, key=lambda k: _version_key(Path(k.replace("_", "."))), reverse=True
+    ):
+        found.append((var.upper(), Path(host.env[var]), None))
+    for program_files in host.program_files():
+        base = program_files / "NVIDIA GPU Computing Toolkit" / "CUDA"
+        for root in sorted(base.glob("v*"), key=_version_key, reverse=True):
+            found.append((str(root), root, None))
+    return found
+
+
+def off_by_one(root: Path, host: Host) -> Path | None:
+    """The toolkit root next to ``root`` when ``root`` is one folder off (its parent or a child)."""
+    for near in (root.parent, *sorted(root.glob("v*"), key=_version_key, reverse=True)):
+        if near != root and isinstance(inspect_root(near, host, ""), Toolkit):
+            return near
+    return None
+
+
 def _candidates(host: Host) -> list[tuple[str, Path, Path | None]]:
     """``(how found, root, nvcc or None)`` in search order."""
     found: list[tuple[str, Path, Path | None]] = []
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if host.env.get(var):
             found.append((var, Path(host.env[var]), None))
+    if host.windows:
+        found += _windows_roots(host)
     on_path = host.which("nvcc")
     if on_path is not None:
         real = follow_nvcc(on_path, host)
@@ -204,9 +229,10 @@ def _candidates(host: Host) -> list[tuple[str, Path, Path | None]]:
 def find_toolkits(host: Host) -> ToolkitSearch:
     """Look at every place a CUDA toolkit may live, in order.
 
-    Order: ``CUDA_HOME`` / ``CUDA_PATH``; ``nvcc`` on ``PATH`` (links and wrappers
-    followed); ``/usr/local/cuda`` and ``/usr/local/cuda-*``; the active conda
-    environment; the pip wheels ``nvidia-cuda-nvcc`` / ``nvidia-cuda-runtime``.
+    Order: ``CUDA_HOME`` / ``CUDA_PATH``; on Windows ``CUDA_PATH_V*_*`` and
+    ``Program Files\\NVIDIA GPU Computing Toolkit\\CUDA\\v*``; ``nvcc`` on ``PATH``
+    (links and wrappers followed); ``/usr/local/cuda`` and ``/usr/local/cuda-*``; the
+    active conda environment; the pip wheels ``nvidia-cuda-nvcc`` / ``nvidia-cuda-runtime``.
 
     Example:
         >>> search = find_toolkits(Host.current())
@@ -219,7 +245,11 @@ def find_toolkits(host: Host) -> ToolkitSearch:
         search.searched.append(f"{how}: {root}")
         result = inspect_root(root, host, how, nvcc)
         if isinstance(result, str):
-            if how in ("CUDA_HOME", "CUDA_PATH") or root.exists():
+            if how.startswith(("CUDA_HOME", "CUDA_PATH")):
+                near = off_by_one(root, host)
+                if near is not None:
+                    result = f"{root} is one folder off the toolkit root {near}"
+            if how.startswith(("CUDA_HOME", "CUDA_PATH")) or root.exists():
                 search.rejected.append((how, root, result))
             continue
         key = result.nvcc.resolve()
@@ -271,7 +301,10 @@ def torch_guess(host: Host) -> Path | None:
     on_path = host.which("nvcc")
     if on_path is not None:
         return on_path.parent.parent
-    default = host.usr_local / "cuda"
     if host.windows:
+        for program_files in host.program_files()[:1]:
+            roots = sorted((program_files / "NVIDIA GPU Computing Toolkit" / "CUDA").glob("v*.*"))
+            return roots[0] if roots else None
         return None
+    default = host.usr_local / "cuda"
     return default if default.exists() else None

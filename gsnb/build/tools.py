@@ -87,9 +87,60 @@ def _resolve(name: str, host: Host) -> Path | None:
     return host.which(parts[0]) if parts else None
 
 
+_MSVC = re.compile(r"Compiler Version (\d+)\.(\d+)\.(\d+)(?:\.\d+)? for (\w+)")
+
+
+def probe_msvc(path: Path, host: Host, found_by: str) -> Compiler | None:
+    """Identify ``cl.exe`` from the banner it prints when run without arguments.
+
+    ``kind`` is ``"msvc"`` for the x64 compiler and ``"msvc-x86"`` (or the target
+    named) for a compiler that builds other targets.
+    """
+    answer = host.run([str(path)])
+    match = _MSVC.search(answer[1]) if answer else None
+    if match is None:
+        return None
+    target = match.group(4).lower()
+    kind = "msvc" if target == "x64" else f"msvc-{target}"
+    version = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    return Compiler(path, kind, version, found_by, match.group(0))
+
+
+def vswhere_cl(host: Host) -> Path | None:
+    """The newest x64 ``cl.exe`` of a Visual Studio installation found by ``vswhere.exe``."""
+    for program_files in host.program_files():
+        vswhere = program_files / "Microsoft Visual Studio" / "Installer" / "vswhere.exe"
+        if not vswhere.is_file():
+            continue
+        answer = host.run(
+            [str(vswhere), "-latest", "-products", "*", "-requires",
+             "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-property", "installationPath"]
+        )  # fmt: skip
+        if answer is None or answer[0] != 0 or not answer[1].strip():
+            continue
+        install = Path(answer[1].strip().splitlines()[0].strip())
+        tools = sorted((install / "VC" / "Tools" / "MSVC").glob("*"), key=lambda p: p.name)
+        for folder in reversed(tools):
+            cl = folder / "bin" / "Hostx64" / "x64" / "cl.exe"
+            if cl.is_file():
+                return cl
+    return None
+
+
+def msvc_compiler(host: Host) -> Compiler | None:
+    """``cl.exe`` from ``PATH`` (a Developer Command Prompt), else found through vswhere."""
+    on_path = host.which("cl")
+    if on_path is not None:
+        return probe_msvc(on_path, host, "PATH")
+    found = vswhere_cl(host)
+    return None if found is None else probe_msvc(found, host, "vswhere")
+
+
 def nvcc_host_compiler(host: Host) -> Compiler | None:
-    """The host compiler nvcc will call: ``NVCC_CCBIN``, else ``CC`` (torch passes it as
-    ``-ccbin``), else ``gcc`` (``cl`` on Windows) from ``PATH``."""
+    """The host compiler nvcc will call: ``cl.exe`` on Windows; elsewhere ``NVCC_CCBIN``,
+    else ``CC`` (torch passes it as ``-ccbin``), else ``gcc`` from ``PATH``."""
+    if host.windows:
+        return msvc_compiler(host)
     for var in ("NVCC_CCBIN", "CC"):
         value = host.env.get(var)
         if value:
@@ -101,7 +152,9 @@ def nvcc_host_compiler(host: Host) -> Compiler | None:
 
 
 def cxx_compiler(host: Host) -> Compiler | None:
-    """The compiler torch uses for ``.cpp`` files: ``CXX``, else ``c++``."""
+    """The compiler torch uses for ``.cpp`` files: ``CXX``, else ``c++`` (``cl.exe`` on Windows)."""
+    if host.windows:
+        return msvc_compiler(host)
     name = host.env.get("CXX") or "c++"
     path = _resolve(name, host)
     return (

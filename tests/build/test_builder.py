@@ -213,3 +213,27 @@ def test_torch_guessing_the_wrapper_root_fails_to_link(tmp_path):
         compile_module(request, lines.append)
     found = recognise("\n".join(lines))
     assert found[0].entry.id == "toolkit-root-wrong", lines[-5:]
+
+
+def test_sources_edited_during_the_build_are_not_cached(tmp_path):
+    import threading
+
+    sources = tiny_sources(tmp_path / "src")
+    lines: list[str] = []
+
+    def edit_when_compiling() -> None:
+        while not any((tmp_path / "cache").glob("gsnb_tiny_*/build.ninja")):
+            time.sleep(0.05)
+        (sources / "kernel.cu").write_text(KERNEL_CU + "// edited\n")
+        lines.append("edited")
+
+    editor = threading.Thread(target=edit_when_compiling, daemon=True)
+    editor.start()
+    with pytest.raises(BuildError) as caught:
+        build_extension(
+            sources, cache_dir=tmp_path / "cache", arch=ARCH, prefix="gsnb_tiny", progress=False
+        )
+    editor.join(timeout=5)
+    assert lines == ["edited"]
+    assert caught.value.diagnoses[0].entry.id == "sources-changed"
+    assert not any((tmp_path / "cache").glob(f"gsnb_tiny_*/{MANIFEST}"))

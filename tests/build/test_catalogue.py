@@ -48,6 +48,8 @@ RECORDED = {
     "on the device\nCUDA kernel errors might be asynchronously reported at some other API call",
     "undefined-symbol": "ImportError: /c/gsnb_csrc_0123456789ab.so: undefined symbol: "
     "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs",
+    "symbol-not-defined": "ImportError: /c/gsnb_csrc_a7394657c35c.so: undefined symbol: "
+    "_ZN4gsnb15project_forwardERKN2at6TensorES3_S3_S3_S3_S3_S3_llddl",
     "library-missing": "ImportError: libcudart.so.12: cannot open shared object file: No such "
     "file or directory",
     "compile-error": '/src/rasterize.cu(42): error: identifier "foo" is undefined\n'
@@ -55,6 +57,13 @@ RECORDED = {
 }
 # Entries found up front rather than in output; their tests create the condition elsewhere.
 CONDITIONS = {
+    "sources-changed": "tests/build/test_builder.py",
+    "cl-not-found": "tests/build/test_windows.py",
+    "toolkit-root-off-by-one": "tests/build/test_windows.py",
+    "msbuild-nvcc-failed": "tests/build/test_windows.py",
+    "dll-load-failed": "tests/build/test_windows.py",
+    "env-not-seen": "tests/build/test_windows.py",
+    "shm-small": "tests/build/test_windows.py",
     "cuda-home-invalid": "tests/build/test_toolkit.py",
     "sources-missing": "tests/build/test_builder.py",
     "stale-lock": "tests/build/test_builder.py",

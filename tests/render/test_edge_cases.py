@@ -229,3 +229,17 @@ def test_memory_is_bounded() -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert float(result.stdout.split()[-1]) > 19
+
+
+def test_without_depth_the_colours_are_the_same() -> None:
+    scene = random_scene(30, width=17, height=13, num_cams=2, seed=12).with_grad()
+    full = gsnb.render(*scene.args())
+    lean = gsnb.render(*scene.args(), with_depth=False)
+    assert lean.depth is None
+    assert_images_close((lean.rgb, lean.alpha, full.depth), outputs(full), atol=1e-14)
+    grads = torch.autograd.grad((full.rgb.sum() + full.alpha.sum()), [scene.means, scene.colors])
+    lean_grads = torch.autograd.grad(
+        (lean.rgb.sum() + lean.alpha.sum()), [scene.means, scene.colors]
+    )
+    for g, lg in zip(grads, lean_grads, strict=True):
+        torch.testing.assert_close(lg, g, rtol=1e-12, atol=1e-12)

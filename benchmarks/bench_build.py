@@ -18,12 +18,14 @@ Writes ``bench_build.json`` (GPU name, versions, date, seconds) and the child lo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -125,11 +127,30 @@ def run_child(kind: str, folder: str, out: Path) -> dict:
     return result
 
 
+@contextlib.contextmanager
+def _folder(keep: Path | None, prefix: str) -> Iterator[str]:
+    """An empty folder: ``keep`` (created, must be empty, kept afterwards) or a temporary one."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+            yield folder
+        return
+    keep.mkdir(parents=True, exist_ok=True)
+    if any(keep.iterdir()):
+        raise SystemExit(f"{keep} is not empty: a cold build needs an empty folder")
+    yield str(keep)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--gsnb-cache", type=Path, help="build into this (empty) cache folder and keep it"
+    )
+    parser.add_argument(
+        "--gsplat-ext-dir", type=Path, help="build gsplat into this (empty) folder and keep it"
+    )
     args = parser.parse_args()
     if args.child:
         print(json.dumps(CHILDREN[args.child](args.folder)), flush=True)
@@ -139,7 +160,7 @@ def main() -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict = {"benchmark": "build", "jobs": JOBS, **environment()}
-    with tempfile.TemporaryDirectory(prefix="gsnb-bench-cache-") as cache:
+    with _folder(args.gsnb_cache, "gsnb-bench-cache-") as cache:
         results["gsnb_cold"] = run_child("gsnb-cold", cache, args.out)
         results["gsnb_warm"] = run_child("gsnb-warm", cache, args.out)
     try:
@@ -147,7 +168,7 @@ def main() -> int:
     except ImportError as err:
         results["gsplat_cold"] = {"skipped": f"import gsplat failed: {err}"}
     else:
-        with tempfile.TemporaryDirectory(prefix="gsplat-bench-ext-") as ext_dir:
+        with _folder(args.gsplat_ext_dir, "gsplat-bench-ext-") as ext_dir:
             results["gsplat_cold"] = run_child("gsplat", ext_dir, args.out)
     cold = results["gsnb_cold"].get("cold_s")
     gsplat_cold = results["gsplat_cold"].get("cold_s")

@@ -1,10 +1,12 @@
-// Tile binning: every (camera, tile, splat) intersection gets a 64-bit key
-// [camera | tile | depth], sorted by radix sort so that each tile's splats are
-// contiguous and ordered front to back; then the start of each tile's range.
+// Tile binning. Splats are first sorted by (camera, depth); each then emits one
+// intersection per tile it touches, in that order, keyed by (camera, tile) only, and a
+// stable radix sort on those short keys leaves every tile's splats contiguous and front
+// to back. Sorting N depths plus M short keys moves far less data than sorting M
+// 64-bit (camera, tile, depth) keys.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cub/device/device_radix_sort.cuh>
 
 #include "common.cuh"
@@ -13,49 +15,61 @@
 namespace gsnb {
 namespace {
 
-__global__ void emit_keys_kernel(
-    int num_cams, int n, const float* __restrict__ means2d, const float* __restrict__ conics,
-    const float* __restrict__ opacities, const float* __restrict__ depths,
-    const int* __restrict__ radii, const int* __restrict__ ends, int width, int height,
-    int tiles_x, int tile_bits, int64_t* __restrict__ keys, int* __restrict__ values) {
+constexpr int kThreads = 256;
+
+template <typename Key>
+__global__ void depth_keys_kernel(
+    int64_t total, int n, const float* __restrict__ depths, const int* __restrict__ tiles,
+    Key* __restrict__ keys, int* __restrict__ ids) {
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= (int64_t)num_cams * n) return;
-  if (radii[idx * 2] <= 0) return;
-  const int cid = idx / n;
-  const int gid = idx % n;
-  int pos = idx == 0 ? 0 : ends[idx - 1];
-  const int end = ends[idx];
+  if (idx >= total) return;
+  // Culled splats (no tiles) sort last; visible depths are positive, so their bits order.
+  const uint32_t bits = tiles[idx] > 0 ? __float_as_uint(depths[idx]) : 0xffffffffu;
+  keys[idx] = sizeof(Key) == 8 ? (Key)(((uint64_t)(idx / n) << 32) | bits) : (Key)bits;
+  ids[idx] = (int)idx;
+}
+
+__global__ void gather_counts_kernel(
+    int64_t total, const int* __restrict__ order, const int* __restrict__ tiles,
+    int* __restrict__ counts) {
+  const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (p < total) counts[p] = tiles[order[p]];
+}
+
+__global__ void emit_kernel(
+    int64_t total, int n, const int* __restrict__ order, const int* __restrict__ ends,
+    const float* __restrict__ means2d, const float* __restrict__ conics,
+    const float* __restrict__ opacities, const int* __restrict__ radii, int width, int height,
+    int tiles_x, int num_tiles, uint32_t* __restrict__ keys, int* __restrict__ values) {
+  const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (p >= total) return;
+  int pos = p == 0 ? 0 : ends[p - 1];
+  const int end = ends[p];
   if (pos == end) return;
+  const int idx = order[p];
+  const int cid = idx / n;
+  const int gid = idx - cid * n;
   float r2;
   if (!extent2(opacities[gid], &r2)) return;
-  const int64_t depth_bits = (int64_t)__float_as_uint(depths[idx]);
-  const int64_t cam_key = (int64_t)cid << (32 + tile_bits);
+  const uint32_t cam_base = (uint32_t)cid * (uint32_t)num_tiles;
   for_each_tile(
       means2d[idx * 2], means2d[idx * 2 + 1], conics[idx * 3], conics[idx * 3 + 1],
       conics[idx * 3 + 2], r2, radii[idx * 2 + 1], width, height, [&](int tx, int ty) {
         if (pos < end) {
-          keys[pos] = cam_key | ((int64_t)(ty * tiles_x + tx) << 32) | depth_bits;
-          values[pos] = (int)idx;
+          keys[pos] = cam_base + (uint32_t)(ty * tiles_x + tx);
+          values[pos] = idx;
         }
         ++pos;
       });
 }
 
-// offsets[t] = index of the first intersection whose (camera, tile) is >= t,
-// with t = camera * num_tiles + tile.
-__device__ __forceinline__ int64_t tile_slot(int64_t key, int tile_bits, int64_t num_tiles) {
-  const int64_t cam = key >> (32 + tile_bits);
-  const int64_t tile = (key >> 32) & ((int64_t(1) << tile_bits) - 1);
-  return cam * num_tiles + tile;
-}
-
+// offsets[t] = index of the first intersection whose (camera, tile) slot is >= t.
 __global__ void tile_offsets_kernel(
-    int64_t m, const int64_t* __restrict__ keys, int tile_bits, int64_t num_tiles,
-    int64_t num_slots, int* __restrict__ offsets) {
+    int64_t m, const uint32_t* __restrict__ keys, int64_t num_slots, int* __restrict__ offsets) {
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= m) return;
-  const int64_t cur = tile_slot(keys[i], tile_bits, num_tiles);
-  const int64_t prev = i == 0 ? -1 : tile_slot(keys[i - 1], tile_bits, num_tiles);
+  const int64_t cur = keys[i];
+  const int64_t prev = i == 0 ? -1 : (int64_t)keys[i - 1];
   for (int64_t t = prev + 1; t <= cur; ++t) offsets[t] = (int)i;
   if (i == m - 1)
     for (int64_t t = cur + 1; t < num_slots; ++t) offsets[t] = (int)m;
@@ -67,6 +81,31 @@ int bits_for(int64_t n) {
   return bits;
 }
 
+int blocks(int64_t n) { return (int)((n + kThreads - 1) / kThreads); }
+
+// Stable radix sort of (key, value) pairs on the low `bits` bits with cub's double
+// buffers (small temporary storage); returns the buffers that hold the result.
+template <typename Key>
+std::pair<at::Tensor, at::Tensor> sort_pairs(
+    at::Tensor keys, at::Tensor values, int bits, cudaStream_t stream) {
+  const int64_t m = keys.numel();
+  auto keys_alt = at::empty_like(keys);
+  auto values_alt = at::empty_like(values);
+  auto* k0 = reinterpret_cast<Key*>(keys.data_ptr());
+  auto* k1 = reinterpret_cast<Key*>(keys_alt.data_ptr());
+  cub::DoubleBuffer<Key> key_buf(k0, k1);
+  cub::DoubleBuffer<int> value_buf(values.data_ptr<int>(), values_alt.data_ptr<int>());
+  size_t temp_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, key_buf, value_buf, (int)m, 0, bits,
+                                  stream);
+  auto temp = at::empty({(int64_t)temp_bytes}, keys.options().dtype(at::kByte));
+  cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, key_buf, value_buf, (int)m, 0,
+                                  bits, stream);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {key_buf.Current() == k0 ? keys : keys_alt,
+          value_buf.Current() == values.data_ptr<int>() ? values : values_alt};
+}
+
 }  // namespace
 
 std::vector<at::Tensor> bin_splats(
@@ -75,15 +114,14 @@ std::vector<at::Tensor> bin_splats(
     int64_t height) {
   const c10::cuda::OptionalCUDAGuard guard(means2d.device());
   auto stream = c10::cuda::getCurrentCUDAStream();
-  const int64_t c = means2d.size(0), n = means2d.size(1);
+  const int64_t c = means2d.size(0), n = means2d.size(1), total = c * n;
   const int tiles_x = (width + kTile - 1) / kTile;
   const int tiles_y = (height + kTile - 1) / kTile;
   const int64_t num_tiles = (int64_t)tiles_x * tiles_y;
-  const int tile_bits = bits_for(num_tiles);
-  const int cam_bits = bits_for(c);
-  TORCH_CHECK(32 + tile_bits + cam_bits <= 63, "too many cameras or tiles for a 64-bit sort key");
+  TORCH_CHECK(c * num_tiles < (int64_t(1) << 31), "too many cameras x tiles: ", c * num_tiles);
+  TORCH_CHECK(total < (int64_t(1) << 31), "too many cameras x Gaussians: ", total);
 
-  const int64_t m = c * n > 0 ? tiles.sum(at::kLong).item<int64_t>() : 0;
+  const int64_t m = total > 0 ? tiles.sum(at::kLong).item<int64_t>() : 0;
   TORCH_CHECK(m < (int64_t(1) << 31), "more than 2^31 splat-tile intersections: ", m);
   auto iopt = means2d.options().dtype(at::kInt);
   auto offsets = at::empty({c, tiles_y, tiles_x}, iopt);
@@ -91,42 +129,55 @@ std::vector<at::Tensor> bin_splats(
     offsets.zero_();
     return {offsets, at::empty({0}, iopt)};
   }
-  auto ends = at::cumsum(tiles.reshape({-1}), 0, at::kInt);
-  auto keys = at::empty({m}, means2d.options().dtype(at::kLong));
+
+  // 1. Splats by (camera, depth).
+  at::Tensor order;
+  {
+    auto ids = at::empty({total}, iopt);
+    if (c == 1) {
+      auto keys = at::empty({total}, iopt);
+      depth_keys_kernel<uint32_t><<<blocks(total), kThreads, 0, stream>>>(
+          total, n, depths.data_ptr<float>(), tiles.data_ptr<int>(),
+          reinterpret_cast<uint32_t*>(keys.data_ptr<int>()), ids.data_ptr<int>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      order = sort_pairs<uint32_t>(keys, ids, 32, stream).second;
+    } else {
+      auto keys = at::empty({total}, means2d.options().dtype(at::kLong));
+      depth_keys_kernel<uint64_t><<<blocks(total), kThreads, 0, stream>>>(
+          total, n, depths.data_ptr<float>(), tiles.data_ptr<int>(),
+          reinterpret_cast<uint64_t*>(keys.data_ptr<int64_t>()), ids.data_ptr<int>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      order = sort_pairs<uint64_t>(keys, ids, 32 + bits_for(c), stream).second;
+    }
+  }
+
+  // 2. Where each splat's intersections go, in that order.
+  auto ends = at::empty({total}, iopt);
+  gather_counts_kernel<<<blocks(total), kThreads, 0, stream>>>(
+      total, order.data_ptr<int>(), tiles.data_ptr<int>(), ends.data_ptr<int>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  ends = at::cumsum(ends, 0, at::kInt);
+
+  // 3. One (camera, tile) key per intersection, then a stable sort on those keys only.
+  auto keys = at::empty({m}, iopt);
   auto values = at::empty({m}, iopt);
-  emit_keys_kernel<<<(c * n + 255) / 256, 256, 0, stream>>>(
-      c, n, means2d.data_ptr<float>(), conics.data_ptr<float>(), opacities.data_ptr<float>(),
-      depths.data_ptr<float>(), radii.data_ptr<int>(), ends.data_ptr<int>(), width, height,
-      tiles_x, tile_bits, keys.data_ptr<int64_t>(), values.data_ptr<int>());
+  emit_kernel<<<blocks(total), kThreads, 0, stream>>>(
+      total, n, order.data_ptr<int>(), ends.data_ptr<int>(), means2d.data_ptr<float>(),
+      conics.data_ptr<float>(), opacities.data_ptr<float>(), radii.data_ptr<int>(), width,
+      height, tiles_x, num_tiles, reinterpret_cast<uint32_t*>(keys.data_ptr<int>()),
+      values.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  order = at::Tensor();
+  ends = at::Tensor();
+  auto sorted = sort_pairs<uint32_t>(keys, values, bits_for(c * num_tiles), stream);
+  keys = at::Tensor();
+  values = at::Tensor();
 
-  ends = at::Tensor();  // free before the sort
-
-  // Sort with cub's double buffers: the temporary storage stays small (no third copy).
-  auto keys_alt = at::empty_like(keys);
-  auto values_alt = at::empty_like(values);
-  cub::DoubleBuffer<uint64_t> key_buf(reinterpret_cast<uint64_t*>(keys.data_ptr<int64_t>()),
-                                      reinterpret_cast<uint64_t*>(keys_alt.data_ptr<int64_t>()));
-  cub::DoubleBuffer<int> value_buf(values.data_ptr<int>(), values_alt.data_ptr<int>());
-  const int end_bit = 32 + tile_bits + cam_bits;
-  size_t temp_bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, key_buf, value_buf, (int)m, 0, end_bit,
-                                  stream);
-  auto temp = at::empty({(int64_t)temp_bytes}, means2d.options().dtype(at::kByte));
-  cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, key_buf, value_buf, (int)m, 0,
-                                  end_bit, stream);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  temp = at::Tensor();
-  const bool keys_in_first = key_buf.Current() == reinterpret_cast<uint64_t*>(keys.data_ptr<int64_t>());
-  const at::Tensor& keys_sorted = keys_in_first ? keys : keys_alt;
-  const bool values_in_first = value_buf.Current() == values.data_ptr<int>();
-  at::Tensor values_sorted = values_in_first ? values : values_alt;
-
-  tile_offsets_kernel<<<(m + 255) / 256, 256, 0, stream>>>(
-      m, keys_sorted.data_ptr<int64_t>(), tile_bits, num_tiles, c * num_tiles,
+  tile_offsets_kernel<<<blocks(m), kThreads, 0, stream>>>(
+      m, reinterpret_cast<const uint32_t*>(sorted.first.data_ptr<int>()), c * num_tiles,
       offsets.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {offsets, values_sorted};
+  return {offsets, sorted.second};
 }
 
 }  // namespace gsnb

@@ -31,18 +31,20 @@ std::vector<at::Tensor> bin_splats(
     const at::Tensor& depths, const at::Tensor& radii, const at::Tensor& tiles, int64_t width,
     int64_t height);
 
-// -> features [C,H,W,3|4], alpha [C,H,W,1], last ids [C,H,W] int32.
+// -> rgb [C,H,W,3], expected depth [C,H,W,1] (empty without a depth channel), alpha [C,H,W,1],
+//    last ids [C,H,W] int32. feats [C,N,3|4]: colours, and depth as a fourth channel.
 std::vector<at::Tensor> rasterize_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
     int64_t width, int64_t height);
 
-// -> v_means2d [C,N,2], v_conics [C,N,3], v_feats [C,N,3|4], v_opacities [N] (+ |v_means2d| summed
-//    per pixel [C,N,2] when absgrad).
+// -> v_means2d [C,N,2], v_conics [C,N,3], v_feats [C,N,3|4], v_opacities [N] (+ |v_means2d|
+//    summed per pixel [C,N,2] when absgrad).
 std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height, const at::Tensor& out_alpha, const at::Tensor& last_ids,
-    const at::Tensor& v_out_feats, const at::Tensor& v_out_alpha, bool absgrad);
+    int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
+    const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
+    const at::Tensor& v_alpha, bool absgrad);
 
 }  // namespace gsnb

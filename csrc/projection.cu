@@ -114,7 +114,30 @@ __device__ __forceinline__ bool compute_splat(
   return sp.det > 0.f;
 }
 
-__global__ void project_forward_kernel(
+constexpr int kThreads = 128;
+
+int blocks_for(int64_t n) { return (int)((n + kThreads - 1) / kThreads); }
+
+// The SH coefficients of a block's Gaussians are staged through shared memory: one
+// padded row per thread, filled and drained by coalesced, cooperative copies.
+__device__ __forceinline__ void stage_coeffs_in(
+    const float* __restrict__ coeffs, float* rows, int row_len, int used, int stored, int64_t idx0,
+    int count, int n) {
+  for (int e = threadIdx.x; e < count * used; e += blockDim.x) {
+    const int r = e / used, k = e - r * used;
+    const int64_t g = (idx0 + r) % n;
+    rows[r * row_len + k] = coeffs[g * stored + k];
+  }
+}
+
+// Directions from the camera centre (-R^T t) to the Gaussian, in world space.
+__device__ __forceinline__ void view_dir(const Camera& cam, const float* mean, float* dir) {
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+    dir[i] = mean[i] + (cam.r[0][i] * cam.t[0] + cam.r[1][i] * cam.t[1] + cam.r[2][i] * cam.t[2]);
+}
+
+__global__ void __launch_bounds__(kThreads) project_forward_kernel(
     int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
     const float* __restrict__ scales, const float* __restrict__ opacities,
     const float* __restrict__ coeffs, int num_coeffs, int sh_degree,
@@ -122,8 +145,18 @@ __global__ void project_forward_kernel(
     float near_plane, float far_plane, float* __restrict__ means2d, float* __restrict__ conics,
     float* __restrict__ depths, int* __restrict__ radii, float* __restrict__ feats, int channels,
     int* __restrict__ tiles) {
-  const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= (int64_t)num_cams * n) return;
+  extern __shared__ float s_rows[];
+  const int64_t total = (int64_t)num_cams * n;
+  const int64_t idx0 = (int64_t)blockIdx.x * blockDim.x;
+  const int64_t idx = idx0 + threadIdx.x;
+  const int used = sh_degree >= 0 ? num_bases(sh_degree) * 3 : 0;
+  const int row_len = used + 1;
+  if (sh_degree >= 0) {
+    stage_coeffs_in(coeffs, s_rows, row_len, used, num_coeffs * 3, idx0,
+                    (int)min((int64_t)blockDim.x, total - idx0), n);
+    __syncthreads();
+  }
+  if (idx >= total) return;
   const int cid = idx / n;
   const int gid = idx % n;
   const Camera cam = load_camera(viewmats + cid * 16, Ks + cid * 9);
@@ -172,119 +205,91 @@ __global__ void project_forward_kernel(
     for (int ch = 0; ch < 3; ++ch) feat[ch] = coeffs[gid * 3 + ch];
     return;
   }
-  // Direction from the camera centre (-R^T t) to the Gaussian, in world space.
   float dir[3];
-#pragma unroll
-  for (int i = 0; i < 3; ++i)
-    dir[i] = means[gid * 3 + i] +
-             (cam.r[0][i] * cam.t[0] + cam.r[1][i] * cam.t[1] + cam.r[2][i] * cam.t[2]);
+  view_dir(cam, means + gid * 3, dir);
   const float inv = rsqrtf(fmaxf(dir[0] * dir[0] + dir[1] * dir[1] + dir[2] * dir[2], 1e-24f));
   float basis[16];
   sh_basis(sh_degree, dir[0] * inv, dir[1] * inv, dir[2] * inv, basis);
-  const float* co = coeffs + (int64_t)gid * num_coeffs * 3;
+  const float* co = s_rows + threadIdx.x * row_len;
   const int nb = num_bases(sh_degree);
+  float acc[3] = {0.5f, 0.5f, 0.5f};
 #pragma unroll
-  for (int ch = 0; ch < 3; ++ch) {
-    float acc = 0.5f;
-    for (int k = 0; k < nb; ++k) acc += basis[k] * co[k * 3 + ch];
-    feat[ch] = fmaxf(acc, 0.f);
-  }
+  for (int k = 0; k < 16; ++k)
+    if (k < nb)
+#pragma unroll
+      for (int ch = 0; ch < 3; ++ch) acc[ch] += basis[k] * co[k * 3 + ch];
+#pragma unroll
+  for (int ch = 0; ch < 3; ++ch) feat[ch] = fmaxf(acc[ch], 0.f);
 }
 
 // With several cameras the per-camera gradients are summed atomically into zeroed
 // buffers; with one camera every entry is stored exactly once.
 __device__ __forceinline__ void put(float* dst, float v, bool atomic) {
-  if (atomic)
-    atomicAdd(dst, v);
-  else
+  if (atomic) {
+    if (v != 0.f) atomicAdd(dst, v);
+  } else {
     *dst = v;
-}
-
-__device__ __forceinline__ void zero_gaussian(
-    int gid, int num_coeffs, float* v_means, float* v_quats, float* v_scales, float* v_coeffs) {
-  for (int i = 0; i < 3; ++i) v_means[gid * 3 + i] = 0.f;
-  for (int i = 0; i < 4; ++i) v_quats[gid * 4 + i] = 0.f;
-  for (int i = 0; i < 3; ++i) v_scales[gid * 3 + i] = 0.f;
-  for (int i = 0; i < num_coeffs * 3; ++i) v_coeffs[(int64_t)gid * num_coeffs * 3 + i] = 0.f;
-}
-
-__global__ void project_backward_kernel(
-    int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
-    const float* __restrict__ scales, const float* __restrict__ coeffs, int num_coeffs,
-    int sh_degree, const float* __restrict__ viewmats, const float* __restrict__ Ks, int width,
-    int height, float near_plane, float far_plane, const int* __restrict__ radii,
-    const float* __restrict__ conics, const float* __restrict__ v_means2d,
-    const float* __restrict__ v_conics, const float* __restrict__ v_feats, int channels,
-    const float* __restrict__ v_depths, float* __restrict__ v_means, float* __restrict__ v_quats,
-    float* __restrict__ v_scales, float* __restrict__ v_coeffs) {
-  const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= (int64_t)num_cams * n) return;
-  const int cid = idx / n;
-  const int gid = idx % n;
-  const bool atomic = num_cams > 1;
-  const Camera cam = load_camera(viewmats + cid * 16, Ks + cid * 9);
-  Splat sp;
-  if (radii[idx * 2] <= 0 ||
-      !compute_splat(cam, means + gid * 3, quats + gid * 4, scales + gid * 3, width, height,
-                     near_plane, far_plane, sp)) {
-    if (!atomic) zero_gaussian(gid, num_coeffs, v_means, v_quats, v_scales, v_coeffs);
-    return;
   }
+}
+
+// Gradients of one (camera, Gaussian) with respect to the Gaussian's parameters;
+// v_row receives the SH coefficient gradients (it holds the coefficients on entry).
+__device__ __forceinline__ void splat_backward(
+    const Camera& cam, const Splat& sp, const float* mean, int sh_degree, const float* rgb,
+    float* row, const float* conic, const float* v_mean2d, const float* v_conic,
+    const float* vf, float v_depth, float* v_mean, float* v_quat, float* v_scale,
+    float* v_rgb) {
   const float z = sp.p[2];
   const float rz = 1.f / z, rz2 = rz * rz, rz3 = rz2 * rz;
 
   // Colours (SH) -> coefficients and the view direction.
   float v_dir_world[3] = {0.f, 0.f, 0.f};
-  const float* vf = v_feats + idx * channels;
-  const float vc[3] = {vf[0], vf[1], vf[2]};
-  const float v_depth = v_depths[idx] + (channels == 4 ? vf[3] : 0.f);
   if (sh_degree < 0) {
 #pragma unroll
-    for (int ch = 0; ch < 3; ++ch) put(v_coeffs + gid * 3 + ch, vc[ch], atomic);
+    for (int ch = 0; ch < 3; ++ch) v_rgb[ch] = vf[ch];
   } else {
     float d[3];
-#pragma unroll
-    for (int i = 0; i < 3; ++i)
-      d[i] = means[gid * 3 + i] +
-             (cam.r[0][i] * cam.t[0] + cam.r[1][i] * cam.t[1] + cam.r[2][i] * cam.t[2]);
+    view_dir(cam, mean, d);
     const float len = sqrtf(fmaxf(d[0] * d[0] + d[1] * d[1] + d[2] * d[2], 1e-24f));
     const float u[3] = {d[0] / len, d[1] / len, d[2] / len};
     float basis[16];
     sh_basis(sh_degree, u[0], u[1], u[2], basis);
     const int nb = num_bases(sh_degree);
-    const float* co = coeffs + (int64_t)gid * num_coeffs * 3;
-    float* vco = v_coeffs + (int64_t)gid * num_coeffs * 3;
     float g[3];
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) {
       float acc = 0.5f;
-      for (int k = 0; k < nb; ++k) acc += basis[k] * co[k * 3 + ch];
-      g[ch] = acc >= 0.f ? vc[ch] : 0.f;
-    }
-    for (int k = 0; k < nb; ++k)
 #pragma unroll
-      for (int ch = 0; ch < 3; ++ch) put(vco + k * 3 + ch, basis[k] * g[ch], atomic);
-    if (!atomic)
-      for (int k = nb * 3; k < num_coeffs * 3; ++k) vco[k] = 0.f;
+      for (int k = 0; k < 16; ++k)
+        if (k < nb) acc += basis[k] * row[k * 3 + ch];
+      g[ch] = acc >= 0.f ? vf[ch] : 0.f;
+    }
     if (sh_degree > 0) {
       float gx[16], gy[16], gz[16];
       sh_basis_grad(sh_degree, u[0], u[1], u[2], gx, gy, gz);
       float vu[3] = {0.f, 0.f, 0.f};
-      for (int k = 1; k < nb; ++k) {
-        const float w = co[k * 3] * g[0] + co[k * 3 + 1] * g[1] + co[k * 3 + 2] * g[2];
-        vu[0] += gx[k] * w;
-        vu[1] += gy[k] * w;
-        vu[2] += gz[k] * w;
+#pragma unroll
+      for (int k = 1; k < 16; ++k) {
+        if (k < nb) {
+          const float w = row[k * 3] * g[0] + row[k * 3 + 1] * g[1] + row[k * 3 + 2] * g[2];
+          vu[0] += gx[k] * w;
+          vu[1] += gy[k] * w;
+          vu[2] += gz[k] * w;
+        }
       }
       const float dot = vu[0] * u[0] + vu[1] * u[1] + vu[2] * u[2];
 #pragma unroll
       for (int i = 0; i < 3; ++i) v_dir_world[i] = (vu[i] - dot * u[i]) / len;
     }
+#pragma unroll
+    for (int k = 0; k < 16; ++k)
+      if (k < nb)
+#pragma unroll
+        for (int ch = 0; ch < 3; ++ch) row[k * 3 + ch] = basis[k] * g[ch];
   }
-
   // Conic -> 2D covariance: v_cov = -Q G Q with G the symmetric gradient of Q.
-  const float A = conics[idx * 3], B = conics[idx * 3 + 1], Cc = conics[idx * 3 + 2];
-  const float gA = v_conics[idx * 3], gB = 0.5f * v_conics[idx * 3 + 1], gC = v_conics[idx * 3 + 2];
+  const float A = conic[0], B = conic[1], Cc = conic[2];
+  const float gA = v_conic[0], gB = 0.5f * v_conic[1], gC = v_conic[2];
   // Q G = [[A gA + B gB, A gB + B gC], [B gA + Cc gB, B gB + Cc gC]]
   const float qg00 = A * gA + B * gB, qg01 = A * gB + B * gC;
   const float qg10 = B * gA + Cc * gB, qg11 = B * gB + Cc * gC;
@@ -321,7 +326,7 @@ __global__ void project_backward_kernel(
 
   // Camera-space centre: 2D mean, depth and the Jacobian.
   float vp[3];
-  const float vmx = v_means2d[idx * 2], vmy = v_means2d[idx * 2 + 1];
+  const float vmx = v_mean2d[0], vmy = v_mean2d[1];
   vp[0] = cam.fx * rz * vmx;
   vp[1] = cam.fy * rz * vmy;
   vp[2] = -cam.fx * sp.p[0] * rz2 * vmx - cam.fy * sp.p[1] * rz2 * vmy + v_depth;
@@ -342,7 +347,7 @@ __global__ void project_backward_kernel(
   for (int i = 0; i < 3; ++i) {
     const float v = cam.r[0][i] * vp[0] + cam.r[1][i] * vp[1] + cam.r[2][i] * vp[2] +
                     v_dir_world[i];
-    put(v_means + gid * 3 + i, v, atomic);
+    v_mean[i] = v;
   }
 
   // World covariance: v_sigma = W^T v_covc W; sigma = M M^T with M = R S: v_M = 2 v_sigma M.
@@ -371,7 +376,7 @@ __global__ void project_backward_kernel(
 #pragma unroll
   for (int j = 0; j < 3; ++j) {
     const float vs = tmp[0][j] * sp.rq[0][j] + tmp[1][j] * sp.rq[1][j] + tmp[2][j] * sp.rq[2][j];
-    put(v_scales + gid * 3 + j, vs, atomic);
+    v_scale[j] = vs;
   }
   const float w = sp.q[0], x = sp.q[1], y = sp.q[2], zq = sp.q[3];
   float vq[4];
@@ -384,12 +389,73 @@ __global__ void project_backward_kernel(
                  2.f * zq * G[1][1] + y * G[1][2] + x * G[2][0] + y * G[2][1]);
   const float dot = vq[0] * sp.q[0] + vq[1] * sp.q[1] + vq[2] * sp.q[2] + vq[3] * sp.q[3];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) put(v_quats + gid * 4 + i, (vq[i] - dot * sp.q[i]) / sp.qnorm, atomic);
+  for (int i = 0; i < 4; ++i) v_quat[i] = (vq[i] - dot * sp.q[i]) / sp.qnorm;
 }
 
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t n) { return (int)((n + kThreads - 1) / kThreads); }
+__global__ void __launch_bounds__(kThreads) project_backward_kernel(
+    int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
+    const float* __restrict__ scales, const float* __restrict__ coeffs, int num_coeffs,
+    int sh_degree, const float* __restrict__ viewmats, const float* __restrict__ Ks, int width,
+    int height, float near_plane, float far_plane, const int* __restrict__ radii,
+    const float* __restrict__ conics, const float* __restrict__ v_means2d,
+    const float* __restrict__ v_conics, const float* __restrict__ v_feats, int channels,
+    const float* __restrict__ v_depths, float* __restrict__ v_means, float* __restrict__ v_quats,
+    float* __restrict__ v_scales, float* __restrict__ v_coeffs) {
+  extern __shared__ float s_rows[];
+  const int64_t total = (int64_t)num_cams * n;
+  const int64_t idx0 = (int64_t)blockIdx.x * blockDim.x;
+  const int64_t idx = idx0 + threadIdx.x;
+  const bool atomic = num_cams > 1;
+  const int used = sh_degree >= 0 ? num_bases(sh_degree) * 3 : 0;
+  const int stored = num_coeffs * 3;
+  const int row_len = used + 1;
+  const int count = (int)min((int64_t)blockDim.x, total - idx0);
+  if (sh_degree >= 0) {
+    stage_coeffs_in(coeffs, s_rows, row_len, used, stored, idx0, count, n);
+    __syncthreads();
+  }
+  float* row = s_rows + threadIdx.x * row_len;
+  if (idx < total) {
+    const int cid = idx / n;
+    const int gid = idx % n;
+    const Camera cam = load_camera(viewmats + cid * 16, Ks + cid * 9);
+    Splat sp;
+    float v_mean[3] = {0.f, 0.f, 0.f}, v_quat[4] = {0.f, 0.f, 0.f, 0.f};
+    float v_scale[3] = {0.f, 0.f, 0.f}, v_rgb[3] = {0.f, 0.f, 0.f};
+    const bool active =
+        radii[idx * 2] > 0 && compute_splat(cam, means + gid * 3, quats + gid * 4,
+                                            scales + gid * 3, width, height, near_plane,
+                                            far_plane, sp);
+    if (active) {
+      const float* vf = v_feats + idx * channels;
+      const float v_depth = v_depths[idx] + (channels == 4 ? vf[3] : 0.f);
+      splat_backward(cam, sp, means + gid * 3, sh_degree, nullptr, row, conics + idx * 3,
+                     v_means2d + idx * 2, v_conics + idx * 3, vf, v_depth, v_mean, v_quat,
+                     v_scale, v_rgb);
+    } else if (sh_degree >= 0) {
+      for (int k = 0; k < used; ++k) row[k] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < 3; ++i) put(v_means + gid * 3 + i, v_mean[i], atomic);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) put(v_quats + gid * 4 + i, v_quat[i], atomic);
+#pragma unroll
+    for (int i = 0; i < 3; ++i) put(v_scales + gid * 3 + i, v_scale[i], atomic);
+    if (sh_degree < 0) {
+#pragma unroll
+      for (int ch = 0; ch < 3; ++ch) put(v_coeffs + gid * 3 + ch, v_rgb[ch], atomic);
+    }
+  }
+  if (sh_degree < 0) return;
+  __syncthreads();
+  // Coalesced write-back of the staged coefficient gradients (zeros beyond the used degree).
+  for (int e = threadIdx.x; e < count * stored; e += blockDim.x) {
+    const int r = e / stored, k = e - r * stored;
+    const int64_t g = (idx0 + r) % n;
+    const float v = k < used ? s_rows[r * row_len + k] : 0.f;
+    put(v_coeffs + g * stored + k, v, atomic);
+  }
+}
 
 }  // namespace
 
@@ -410,7 +476,8 @@ std::vector<at::Tensor> project_forward(
   auto radii = at::empty({c, n, 2}, f.dtype(at::kInt));
   auto tiles = at::empty({c, n}, f.dtype(at::kInt));
   if (c * n > 0) {
-    project_forward_kernel<<<blocks_for(c * n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+    const size_t smem = sh_degree >= 0 ? kThreads * ((sh_degree + 1) * (sh_degree + 1) * 3 + 1) * 4 : 0;
+    project_forward_kernel<<<blocks_for(c * n), kThreads, smem, c10::cuda::getCurrentCUDAStream()>>>(
         c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
         opacities.data_ptr<float>(), coeffs.data_ptr<float>(), num_coeffs, sh_degree,
         viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height, near_plane, far_plane,
@@ -437,14 +504,15 @@ std::vector<at::Tensor> project_backward(
   auto v_scales = alloc(scales);
   auto v_coeffs = alloc(coeffs);
   if (c * n > 0) {
-    project_backward_kernel<<<blocks_for(c * n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+    const size_t smem = sh_degree >= 0 ? kThreads * ((sh_degree + 1) * (sh_degree + 1) * 3 + 1) * 4 : 0;
+    project_backward_kernel<<<blocks_for(c * n), kThreads, smem, c10::cuda::getCurrentCUDAStream()>>>(
         c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
         coeffs.data_ptr<float>(), num_coeffs, sh_degree, viewmats.data_ptr<float>(),
         Ks.data_ptr<float>(), width, height, near_plane, far_plane, radii.data_ptr<int>(),
         conics.data_ptr<float>(), v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(),
         v_feats.data_ptr<float>(), v_feats.size(-1), v_depths.data_ptr<float>(),
-        v_means.data_ptr<float>(),
-        v_quats.data_ptr<float>(), v_scales.data_ptr<float>(), v_coeffs.data_ptr<float>());
+        v_means.data_ptr<float>(), v_quats.data_ptr<float>(), v_scales.data_ptr<float>(),
+        v_coeffs.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return {v_means, v_quats, v_scales, v_coeffs};

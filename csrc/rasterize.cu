@@ -13,6 +13,11 @@ namespace gsnb {
 namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+constexpr float kDepthAlphaMin = 1e-10f;
+// Per splat of a batch, the block's summed gradients: means2d x y, conic a b c, the CH
+// features, opacity, |means2d| x y; one padded row of 13 per splat.
+constexpr int kGradSlots = 12;
+constexpr int kGradStride = 13;
 
 struct TileRange {
   int start, end;
@@ -31,7 +36,8 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities,
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
-    float* __restrict__ out_feats, float* __restrict__ out_alpha, int* __restrict__ last_ids) {
+    float* __restrict__ out_rgb, float* __restrict__ out_depth, float* __restrict__ out_alpha,
+    int* __restrict__ last_ids) {
   const int cam = blockIdx.z;
   const int tile = blockIdx.y * tiles_x + blockIdx.x;
   const int tr = threadIdx.y * kTile + threadIdx.x;
@@ -87,8 +93,11 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
   }
   if (inside) {
 #pragma unroll
-    for (int ch = 0; ch < CH; ++ch) out_feats[pix * CH + ch] = acc[ch];
-    out_alpha[pix] = 1.f - T;
+    for (int ch = 0; ch < 3; ++ch) out_rgb[pix * 3 + ch] = acc[ch];
+    const float alpha = 1.f - T;
+    // Expected depth: the blended depth over the blended alpha.
+    if (CH == 4) out_depth[pix] = acc[CH - 1] / fmaxf(alpha, kDepthAlphaMin);
+    out_alpha[pix] = alpha;
     last_ids[pix] = last;
   }
 }
@@ -122,8 +131,9 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities,
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
-    const float* __restrict__ out_alpha, const int* __restrict__ last_ids,
-    const float* __restrict__ v_out_feats, const float* __restrict__ v_out_alpha,
+    const float* __restrict__ out_alpha, const float* __restrict__ out_depth,
+    const int* __restrict__ last_ids, const float* __restrict__ v_rgb,
+    const float* __restrict__ v_depth, const float* __restrict__ v_out_alpha,
     float* __restrict__ v_means2d, float* __restrict__ v_conics, float* __restrict__ v_feats,
     float* __restrict__ v_opacities, float* __restrict__ v_means2d_abs) {
   const int cam = blockIdx.z;
@@ -141,28 +151,37 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
   __shared__ float3 s_xyo[kBlock];
   __shared__ float3 s_conic[kBlock];
   __shared__ float s_feat[kBlock * CH];
+  __shared__ float s_grad[kBlock * kGradStride];
 
-  const float T_final = inside ? 1.f - out_alpha[pix] : 1.f;
+  const float alpha_out = inside ? out_alpha[pix] : 0.f;
+  const float T_final = 1.f - alpha_out;
   float T = T_final;
   const int last = inside ? last_ids[pix] : range.start;
   float v_out[CH], behind[CH];
 #pragma unroll
-  for (int ch = 0; ch < CH; ++ch) {
-    v_out[ch] = inside ? v_out_feats[pix * CH + ch] : 0.f;
-    behind[ch] = 0.f;  // sum of w f over the splats behind the current one
+  for (int ch = 0; ch < 3; ++ch) v_out[ch] = inside ? v_rgb[pix * 3 + ch] : 0.f;
+  float v_a = inside ? v_out_alpha[pix] : 0.f;
+  if (CH == 4) {
+    // depth = blended depth / max(alpha, eps): chain rule into the blend and into alpha.
+    const float a = fmaxf(alpha_out, kDepthAlphaMin);
+    const float vd = inside ? v_depth[pix] : 0.f;
+    v_out[CH - 1] = vd / a;
+    if (alpha_out >= kDepthAlphaMin) v_a -= vd * (inside ? out_depth[pix] : 0.f) / a;
   }
-  const float v_a = inside ? v_out_alpha[pix] : 0.f;
+#pragma unroll
+  for (int ch = 0; ch < CH; ++ch) behind[ch] = 0.f;  // sum of w f of the splats behind
 
-  // The block's largest last index: nothing beyond it contributed to any pixel.
+  // The largest last index of the block and of this warp: nothing beyond contributed.
   __shared__ int s_last;
   if (tr == 0) s_last = range.start;
   __syncthreads();
   atomicMax(&s_last, last);
+  int warp_last = last;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) warp_last = max(warp_last, __shfl_xor_sync(kFullMask, warp_last, o));
   __syncthreads();
   const int block_end = s_last;
 
-  // Output slot of each of the 16 reduced values (lane >> 1): means2d x y, conic a b c,
-  // CH features, opacity, |means2d| x y.
   const int slot = lane >> 1;
   for (int top = block_end; top > range.start; top -= kBlock) {
     __syncthreads();
@@ -176,9 +195,12 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
 #pragma unroll
       for (int ch = 0; ch < CH; ++ch) s_feat[tr * CH + ch] = feats[(int64_t)g * CH + ch];
     }
+#pragma unroll
+    for (int s2 = 0; s2 < kGradStride; ++s2) s_grad[tr * kGradStride + s2] = 0.f;
     __syncthreads();
     const int count = min(kBlock, top - range.start);
-    for (int t = 0; t < count; ++t) {
+    // Splats at or beyond this warp's last index cannot touch its pixels.
+    for (int t = max(0, top - warp_last); t < count; ++t) {
       const int kk = top - 1 - t;
       bool valid = kk < last;
       float alpha = 0.f, vis = 0.f, dx = 0.f, dy = 0.f;
@@ -195,7 +217,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
       if (!__any_sync(kFullMask, valid)) continue;
       float v[16];
 #pragma unroll
-      for (int s = 0; s < 16; ++s) v[s] = 0.f;
+      for (int s2 = 0; s2 < 16; ++s2) v[s2] = 0.f;
       if (valid) {
         const float ra = 1.f / (1.f - alpha);
         T *= ra;
@@ -220,22 +242,33 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
           v[7 + CH] = fabsf(v[1]);
         }
       }
+      // Warp sum, then one shared-memory atomic per value: the block's warps meet there
+      // and the batch is flushed to global memory once, below.
       const float total = warp_sum16(v, lane);
-      if ((lane & 1) == 0 && total != 0.f) {
-        const int g = s_id[t];
-        float* dst = nullptr;
-        if (slot < 2)
-          dst = v_means2d + (int64_t)g * 2 + slot;
-        else if (slot < 5)
-          dst = v_conics + (int64_t)g * 3 + (slot - 2);
-        else if (slot < 5 + CH)
-          dst = v_feats + (int64_t)g * CH + (slot - 5);
-        else if (slot == 5 + CH)
-          dst = v_opacities + g % n;
-        else if (slot < 8 + CH && v_means2d_abs != nullptr)
-          dst = v_means2d_abs + (int64_t)g * 2 + (slot - 6 - CH);
-        if (dst != nullptr) atomicAdd(dst, total);
+      if ((lane & 1) == 0 && slot < 8 + CH && total != 0.f)
+        atomicAdd(&s_grad[t * kGradStride + slot], total);
+    }
+    __syncthreads();
+    if (k >= range.start) {
+      const int g = s_id[tr];
+      const float* row = s_grad + tr * kGradStride;
+      float* dst[kGradSlots];
+      dst[0] = v_means2d + (int64_t)g * 2;
+      dst[1] = dst[0] + 1;
+      dst[2] = v_conics + (int64_t)g * 3;
+      dst[3] = dst[2] + 1;
+      dst[4] = dst[2] + 2;
+#pragma unroll
+      for (int ch = 0; ch < CH; ++ch) dst[5 + ch] = v_feats + (int64_t)g * CH + ch;
+      dst[5 + CH] = v_opacities + g % n;
+      if (v_means2d_abs != nullptr) {
+        dst[6 + CH] = v_means2d_abs + (int64_t)g * 2;
+        dst[7 + CH] = dst[6 + CH] + 1;
       }
+      const int used = v_means2d_abs != nullptr ? 8 + CH : 6 + CH;
+#pragma unroll
+      for (int s2 = 0; s2 < 8 + CH; ++s2)
+        if (s2 < used && row[s2] != 0.f) atomicAdd(dst[s2], row[s2]);
     }
   }
 }
@@ -244,7 +277,7 @@ template <int CH>
 void launch_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height, at::Tensor& out_feats, at::Tensor& out_alpha,
+    int64_t width, int64_t height, at::Tensor& rgb, at::Tensor& depth, at::Tensor& alpha,
     at::Tensor& last_ids) {
   const int64_t c = means2d.size(0), n = means2d.size(1);
   const int tiles_x = (width + kTile - 1) / kTile, tiles_y = (height + kTile - 1) / kTile;
@@ -254,7 +287,8 @@ void launch_forward(
       reinterpret_cast<const float2*>(means2d.data_ptr<float>()),
       reinterpret_cast<const float3*>(conics.data_ptr<float>()), feats.data_ptr<float>(),
       opacities.data_ptr<float>(), offsets.data_ptr<int>(), flat_ids.data_ptr<int>(),
-      out_feats.data_ptr<float>(), out_alpha.data_ptr<float>(), last_ids.data_ptr<int>());
+      rgb.data_ptr<float>(), CH == 4 ? depth.data_ptr<float>() : nullptr,
+      alpha.data_ptr<float>(), last_ids.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -262,9 +296,10 @@ template <int CH>
 void launch_backward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height, const at::Tensor& out_alpha, const at::Tensor& last_ids,
-    const at::Tensor& v_out_feats, const at::Tensor& v_out_alpha, at::Tensor& v_means2d,
-    at::Tensor& v_conics, at::Tensor& v_feats, at::Tensor& v_opacities, float* v_abs) {
+    int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
+    const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
+    const at::Tensor& v_alpha, at::Tensor& v_means2d, at::Tensor& v_conics, at::Tensor& v_feats,
+    at::Tensor& v_opacities, float* v_abs) {
   const int64_t c = means2d.size(0), n = means2d.size(1);
   const int tiles_x = (width + kTile - 1) / kTile, tiles_y = (height + kTile - 1) / kTile;
   const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
@@ -273,9 +308,11 @@ void launch_backward(
       reinterpret_cast<const float2*>(means2d.data_ptr<float>()),
       reinterpret_cast<const float3*>(conics.data_ptr<float>()), feats.data_ptr<float>(),
       opacities.data_ptr<float>(), offsets.data_ptr<int>(), flat_ids.data_ptr<int>(),
-      out_alpha.data_ptr<float>(), last_ids.data_ptr<int>(), v_out_feats.data_ptr<float>(),
-      v_out_alpha.data_ptr<float>(), v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(),
-      v_feats.data_ptr<float>(), v_opacities.data_ptr<float>(), v_abs);
+      alpha.data_ptr<float>(), CH == 4 ? depth.data_ptr<float>() : nullptr,
+      last_ids.data_ptr<int>(), v_rgb.data_ptr<float>(),
+      CH == 4 ? v_depth.data_ptr<float>() : nullptr, v_alpha.data_ptr<float>(),
+      v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(), v_feats.data_ptr<float>(),
+      v_opacities.data_ptr<float>(), v_abs);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -289,23 +326,25 @@ std::vector<at::Tensor> rasterize_forward(
   const int64_t c = means2d.size(0), ch = feats.size(-1);
   TORCH_CHECK(ch == 3 || ch == 4, "rasterize_forward blends 3 or 4 channels, got ", ch);
   auto f = means2d.options();
-  auto out_feats = at::empty({c, height, width, ch}, f);
-  auto out_alpha = at::empty({c, height, width, 1}, f);
+  auto rgb = at::empty({c, height, width, 3}, f);
+  auto depth = ch == 4 ? at::empty({c, height, width, 1}, f) : at::empty({0}, f);
+  auto alpha = at::empty({c, height, width, 1}, f);
   auto last_ids = at::empty({c, height, width}, f.dtype(at::kInt));
   if (ch == 3)
-    launch_forward<3>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
-                      out_feats, out_alpha, last_ids);
+    launch_forward<3>(means2d, conics, feats, opacities, offsets, flat_ids, width, height, rgb,
+                      depth, alpha, last_ids);
   else
-    launch_forward<4>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
-                      out_feats, out_alpha, last_ids);
-  return {out_feats, out_alpha, last_ids};
+    launch_forward<4>(means2d, conics, feats, opacities, offsets, flat_ids, width, height, rgb,
+                      depth, alpha, last_ids);
+  return {rgb, depth, alpha, last_ids};
 }
 
 std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height, const at::Tensor& out_alpha, const at::Tensor& last_ids,
-    const at::Tensor& v_out_feats, const at::Tensor& v_out_alpha, bool absgrad) {
+    int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
+    const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
+    const at::Tensor& v_alpha, bool absgrad) {
   const c10::cuda::OptionalCUDAGuard guard(means2d.device());
   auto v_means2d = at::zeros_like(means2d);
   auto v_conics = at::zeros_like(conics);
@@ -315,11 +354,11 @@ std::vector<at::Tensor> rasterize_backward(
   float* v_abs_ptr = absgrad ? v_abs.data_ptr<float>() : nullptr;
   if (feats.size(-1) == 3)
     launch_backward<3>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
-                       out_alpha, last_ids, v_out_feats, v_out_alpha, v_means2d, v_conics,
+                       alpha, depth, last_ids, v_rgb, v_depth, v_alpha, v_means2d, v_conics,
                        v_feats, v_opacities, v_abs_ptr);
   else
     launch_backward<4>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
-                       out_alpha, last_ids, v_out_feats, v_out_alpha, v_means2d, v_conics,
+                       alpha, depth, last_ids, v_rgb, v_depth, v_alpha, v_means2d, v_conics,
                        v_feats, v_opacities, v_abs_ptr);
   if (absgrad) return {v_means2d, v_conics, v_feats, v_opacities, v_abs};
   return {v_means2d, v_conics, v_feats, v_opacities};

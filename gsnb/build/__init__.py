@@ -37,11 +37,7 @@ def _register(module: types.ModuleType | None) -> None:
     """Hand ``module`` to the CUDA backend."""
     from gsnb.render import cuda
 
-    lock = getattr(cuda, "_lock", None)
-    if module is not None and lock is not None and lock.locked():
-        # Called from inside the backend's own lazy lookup, which stores the module itself.
-        return
-    cuda.set_extension(module)
+    cuda.set_extension(module)  # re-entrant: also safe from inside cuda.get_extension()
 
 
 def build(

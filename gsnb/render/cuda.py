@@ -16,7 +16,7 @@ from torch.autograd.function import once_differentiable
 
 from gsnb.render.projection import Projection
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _ext: ModuleType | None = None
 _looked = False
 
@@ -105,6 +105,8 @@ class _Project(torch.autograd.Function):
 
 
 class _Rasterize(torch.autograd.Function):
+    """Blend sorted splats: rgb, expected depth (empty without a depth channel) and alpha."""
+
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any,
@@ -116,25 +118,30 @@ class _Rasterize(torch.autograd.Function):
         flat_ids: Tensor,
         size: tuple[int, int],
         absgrad_sink: Tensor | None,
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, Tensor]:
         width, height = size
-        out, alpha, last_ids = _require().rasterize_forward(
+        rgb, depth, alpha, last_ids = _require().rasterize_forward(
             means2d, conics, feats, opacities, offsets, flat_ids, width, height
         )
-        ctx.save_for_backward(means2d, conics, feats, opacities, offsets, flat_ids, alpha, last_ids)
+        ctx.save_for_backward(
+            means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids
+        )
         ctx.size = size
         ctx.absgrad_sink = absgrad_sink
-        return out, alpha
+        return rgb, depth, alpha
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, v_out: Tensor, v_alpha: Tensor):  # type: ignore[override]
-        means2d, conics, feats, opacities, offsets, flat_ids, alpha, last_ids = ctx.saved_tensors
+    def backward(ctx: Any, v_rgb: Tensor, v_depth: Tensor, v_alpha: Tensor):  # type: ignore[override]
+        means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids = (
+            ctx.saved_tensors
+        )
         width, height = ctx.size
         sink = ctx.absgrad_sink
         grads = _require().rasterize_backward(
-            means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha,
-            last_ids, v_out.contiguous(), v_alpha.contiguous(), sink is not None,
+            means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha, depth,
+            last_ids, v_rgb.contiguous(), v_depth.contiguous(), v_alpha.contiguous(),
+            sink is not None,
         )  # fmt: skip
         if sink is not None:
             sink.add_(grads[4])
@@ -182,10 +189,7 @@ def render(
     if absgrad:
         sink = torch.zeros((num_cams, means.shape[0], 2), device=means.device)
         means2d.absgrad = sink  # type: ignore[attr-defined]
-    out, alpha = _Rasterize.apply(
+    rgb, depth, alpha = _Rasterize.apply(
         means2d, conics, feats, opacities, offsets, flat_ids, (width, height), sink
     )
-    if not with_depth:  # the blended features are exactly the colours
-        return out, alpha, None, Projection(means2d, conics, depths, radii)
-    depth = out[..., 3:4] / alpha.clamp_min(1e-10)
-    return out[..., :3], alpha, depth, Projection(means2d, conics, depths, radii)
+    return rgb, alpha, depth if with_depth else None, Projection(means2d, conics, depths, radii)

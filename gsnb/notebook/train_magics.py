@@ -1,0 +1,161 @@
+"""``%gs_train DATA [options]``: make a trainer, show its panel and train in the background."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from gsnb.notebook.build_magics import magic_parser
+
+if TYPE_CHECKING:
+    from gsnb.train import Trainer
+
+
+def train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Put ``%gs_train``'s options on ``parser``.
+
+    Example:
+        >>> p = argparse.ArgumentParser()
+        >>> train_arguments(p)
+        >>> p.parse_args(["data/fox", "--steps", "500"]).steps
+        500
+    """
+    parser.add_argument(
+        "data", help="dataset folder, or a notebook variable holding a SceneDataset"
+    )
+    parser.add_argument("--steps", type=int, default=30_000, help="training steps (default 30000)")
+    parser.add_argument(
+        "--downscale", type=int, default=1, help="image downscale factor (default 1)"
+    )
+    parser.add_argument(
+        "--test-every", type=int, default=8, help="hold out every N-th view (default 8; 0: none)"
+    )
+    parser.add_argument(
+        "--strategy", choices=("default", "mcmc"), default="default", help="densification"
+    )
+    parser.add_argument("--sh-degree", type=int, default=3, help="SH degree (default 3)")
+    parser.add_argument(
+        "--max-init-points", type=int, default=0, help="cap on the initial points (default 0: all)"
+    )
+    parser.add_argument(
+        "--eval-every", type=int, default=0, help="test-set PSNR every N steps (default 0: never)"
+    )
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--backend", choices=("auto", "cuda", "reference"), default="auto")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--out-dir", help="write checkpoints here (when stopped or finished)")
+    parser.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint")
+    parser.add_argument(
+        "--camera", default="0", help="training view shown live: index or file name (default 0)"
+    )
+    parser.add_argument(
+        "--name", default="trainer", help="notebook variable for the trainer (default 'trainer')"
+    )
+    parser.add_argument("--no-start", action="store_true", help="show the panel, do not start")
+    parser.add_argument("--viewer", action="store_true", help="also open the 3D viewer (viser)")
+    parser.add_argument("--port", type=int, default=0, help="viewer port (default 0: a free one)")
+
+
+TRAIN_PARSER = magic_parser(
+    "%gs_train",
+    "Make a trainer for DATA, show its widgets panel (knobs, start/pause/stop, live curves "
+    "and render) and train in the background; the notebook stays usable. The trainer is "
+    "stored in the notebook variable --name, the panel in NAME_panel, the viewer in NAME_viewer.",
+    train_arguments,
+)
+
+
+def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer:
+    """The trainer ``%gs_train`` options describe (``namespace``: the notebook's variables).
+
+    Example:
+        >>> # trainer = make_trainer(TRAIN_PARSER.parse_args(["data/fox", "--downscale", "4"]), {})
+    """
+    from gsnb.data.dataset import SceneDataset, load_dataset
+    from gsnb.train import TrainConfig, Trainer
+
+    held = namespace.get(args.data)
+    dataset = held if isinstance(held, SceneDataset) else None
+    if args.resume:
+        return Trainer.resume_from(
+            args.resume, dataset, device=None if args.device == "auto" else args.device
+        )
+    path = None
+    if dataset is None:
+        path = Path(args.data).expanduser()
+        if not path.exists():
+            raise UsageError(
+                f"%gs_train: {args.data!r} is neither a dataset folder nor a notebook variable "
+                "holding a SceneDataset"
+            )
+        dataset = load_dataset(path, downscale=args.downscale, test_every=args.test_every)
+    config = TrainConfig(
+        data=None if path is None else str(path),
+        downscale=args.downscale,
+        test_every=args.test_every,
+        steps=args.steps,
+        seed=args.seed,
+        device=args.device,
+        backend=args.backend,
+        sh_degree=args.sh_degree,
+        max_init_points=args.max_init_points,
+        eval_every=args.eval_every,
+        out_dir=args.out_dir,
+    )
+    return Trainer(dataset, config, strategy=args.strategy)
+
+
+@magics_class
+class TrainMagics(Magics):
+    """``%gs_train``, registered by ``%load_ext gsnb``.
+
+    Example (in a notebook)::
+
+        %load_ext gsnb
+        %gs_train ../shared/data/fox --downscale 4 --steps 7000 --eval-every 1000
+        trainer.set(lr_scales=2e-3)   # or turn the knob in the panel
+    """
+
+    @line_magic
+    def gs_train(self, line: str) -> None:
+        """Make a trainer, show its panel and start training in the background."""
+        from IPython.display import display
+
+        from gsnb.notebook.panel import TrainingPanel
+
+        try:
+            args = TRAIN_PARSER.parse_args(shlex.split(line))
+        except ValueError as err:  # unbalanced quotes
+            raise UsageError(f"%gs_train: {err}") from None
+        namespace = self.shell.user_ns if self.shell is not None else {}
+        previous = namespace.get(args.name)
+        if getattr(previous, "running", False):
+            raise UsageError(
+                f"%gs_train: {args.name} is still training; call {args.name}.stop() first, "
+                "or pass --name to keep both"
+            )
+        try:
+            trainer = make_trainer(args, namespace)
+            camera: int | str = int(args.camera) if args.camera.isdigit() else args.camera
+            panel = TrainingPanel(trainer, camera=camera)
+        except ValueError as err:
+            raise UsageError(f"%gs_train: {err}") from None
+        namespace[args.name] = trainer
+        namespace[f"{args.name}_panel"] = panel
+        display(panel)
+        if args.viewer:
+            from gsnb.viewer import Viewer
+
+            viewer = Viewer(trainer, port=args.port)
+            namespace[f"{args.name}_viewer"] = viewer
+            viewer.show()
+        if not args.no_start:
+            panel.start_button.click()
+
+
+TrainMagics.gs_train.__doc__ = f"{TrainMagics.gs_train.__doc__}\n\n{TRAIN_PARSER.format_help()}"

@@ -1,0 +1,19 @@
+"""Live 3D viewer on viser: training cameras, renders at the browser's camera, knobs, splats.
+
+``Viewer`` needs the ``viewer`` extra (``pip install gsnb[viewer]``); viser is
+imported only when a viewer starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Viewer"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Viewer":
+        from gsnb.viewer.server import Viewer
+
+        return Viewer
+    raise AttributeError(f"module 'gsnb.viewer' has no attribute {name!r}")

@@ -1,0 +1,472 @@
+"""``Viewer``: a viser server that shows a training run (or a finished model) in the browser."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import math
+import socket
+import threading
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from gsnb.model import GaussianModel
+from gsnb.notebook.imaging import to_uint8
+from gsnb.render import RenderResult
+from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
+from gsnb.viewer.splats import splat_arrays
+from gsnb.viewer.stream import BrowserCamera, FramePlanner, FrameRequest
+
+if TYPE_CHECKING:
+    from gsnb.data.dataset import SceneDataset, View
+    from gsnb.train import Trainer
+
+MODES = ("render", "splats")
+# Seconds between updates of the status text and the knob values in the browser.
+STATUS_SECONDS = 1.0
+# A frame racing a closing tab is dropped by viser with this warning; nothing is lost.
+warnings.filterwarnings("ignore", message="Queued a BackgroundImageMessage on a closed connection")
+
+
+class ViewerPortError(OSError):
+    """The requested port is taken."""
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a TCP server could bind ``host:port`` now.
+
+    Example:
+        >>> port_is_free("127.0.0.1", 0)
+        True
+    """
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # as a server binds: connections lingering in TIME_WAIT do not make the port busy
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class Viewer:
+    """Show a :class:`~gsnb.train.Trainer` (live) or a :class:`~gsnb.model.GaussianModel` in a
+    browser, through a viser server.
+
+    - The training (and test) cameras are drawn as frustums; clicking one moves
+      the browser's camera there.
+    - In ``"render"`` mode the server renders the scene at the browser's camera
+      with gsnb's renderer and streams it as the background image: a small
+      preview while the camera moves, the full canvas size once it rests, and
+      refreshed while training changes the model. A trainer renders through its
+      lock-protected ``render_view`` (no gradients), so viewing never disturbs a step.
+    - In ``"splats"`` mode the browser draws the Gaussians itself (viser's
+      Gaussian splats, colours without view dependence): for a finished model.
+    - The trainer's live knobs appear as controls (the same ones as the
+      notebook panel), with pause/resume and stop buttons.
+
+    Args:
+        source: a trainer or a model.
+        host: interface to bind (default ``127.0.0.1``: this machine only).
+        port: TCP port; ``0`` takes a free one. A busy port raises :class:`ViewerPortError`.
+        dataset: cameras to draw for a model (a trainer brings its own).
+        mode: ``"render"``, ``"splats"`` or ``"auto"`` (render a trainer, splat a model).
+        preview_scale, rest_seconds, max_fps, max_size, refresh_share: see
+            :class:`~gsnb.viewer.stream.FramePlanner`.
+        jpeg_quality: quality of the streamed frames.
+        background: background colour of a model's renders (a trainer uses its dataset's).
+
+    Example:
+        >>> import torch
+        >>> from gsnb.model import GaussianModel
+        >>> model = GaussianModel.from_points(torch.rand(50, 3), torch.rand(50, 3), sh_degree=0)
+        >>> viewer = Viewer(model, port=0)
+        >>> viewer.url.startswith("http://127.0.0.1:")
+        True
+        >>> viewer.stop()
+    """
+
+    def __init__(
+        self,
+        source: Trainer | GaussianModel,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        dataset: SceneDataset | None = None,
+        mode: str = "auto",
+        preview_scale: float = 0.25,
+        rest_seconds: float = 0.2,
+        max_fps: float = 30.0,
+        max_size: int = 1920,
+        refresh_share: float = 0.25,
+        jpeg_quality: int = 80,
+        background: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    ) -> None:
+        try:
+            import viser
+        except ImportError as err:
+            raise ImportError(
+                "the viewer needs viser: pip install 'gsnb[viewer]' (or pip install viser)"
+            ) from err
+        self.trainer: Trainer | None = None
+        self.model: GaussianModel | None = None
+        if isinstance(source, GaussianModel):
+            self.model = source
+        elif hasattr(source, "render_view") and hasattr(source, "knobs"):
+            self.trainer = source  # type: ignore[assignment]
+            dataset = source.dataset  # type: ignore[union-attr]
+        else:
+            raise TypeError(
+                f"Viewer shows a Trainer or a GaussianModel, got {type(source).__name__}"
+            )
+        if mode == "auto":
+            mode = "render" if self.trainer is not None else "splats"
+        if mode not in MODES:
+            raise ValueError(f"mode must be 'render', 'splats' or 'auto', got {mode!r}")
+        port = int(port)
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port must lie in 0..65535, got {port}")
+        if port and not port_is_free(host, port):
+            raise _busy(host, port)
+        self._planner_args = {
+            "preview_scale": preview_scale,
+            "rest_seconds": rest_seconds,
+            "max_fps": max_fps,
+            "max_size": max_size,
+            "refresh_share": refresh_share,
+        }
+        FramePlanner(**self._planner_args)  # check the arguments before binding a port
+        self.jpeg_quality = int(jpeg_quality)
+        self.background = torch.tensor(background, dtype=torch.float32)
+        self.dataset = dataset
+        self.host = host
+        with contextlib.redirect_stdout(io.StringIO()):  # viser's banner; show() gives the URL
+            self.server = viser.ViserServer(host=host, port=port, verbose=False)
+        self.port = self.server.get_port()
+        if port and self.port != port:  # someone took it between our check and viser's bind
+            self.server.stop()
+            raise _busy(host, port)
+        self._planners: dict[int, FramePlanner] = {}
+        self._clients_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._mode = mode
+        self._splats: Any = None
+        self.frames_sent = 0
+        self.last_error: BaseException | None = None
+        self._build_scene()
+        self._build_gui()
+        self.server.on_client_connect(self._client_connected)
+        self.server.on_client_disconnect(self._client_disconnected)
+        if mode == "splats":
+            self.show_splats()
+        self._thread = threading.Thread(target=self._loop, name="gsnb-viewer", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ scene
+    @property
+    def url(self) -> str:
+        """The address to open in a browser."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def mode(self) -> str:
+        """``"render"`` (server renders) or ``"splats"`` (the browser draws the Gaussians)."""
+        return self._mode
+
+    def _build_scene(self) -> None:
+        scene = self.server.scene
+        self.frustums: list[Any] = []
+        if self.dataset is None:
+            return
+        extent = float(self.dataset.extent)
+        size = 0.05 * extent if math.isfinite(extent) and extent > 0 else 0.1
+        groups = (
+            ("train", self.dataset.train, (40, 90, 220)),
+            ("test", self.dataset.test, (230, 120, 20)),
+        )
+        for group, views, colour in groups:
+            for i, view in enumerate(views):
+                wxyz, position = pose_of_view(view)
+                handle = scene.add_camera_frustum(
+                    f"/cameras/{group}/{i:04d}",
+                    fov=vertical_fov(view),
+                    aspect=view.width / view.height,
+                    scale=size,
+                    thickness=1.5,
+                    thickness_units="screen",
+                    color=colour,
+                    wxyz=wxyz,
+                    position=position,
+                )
+                handle.on_click(self._go_to_frustum)
+                self.frustums.append(handle)
+        views = self.dataset.train or self.dataset.views
+        centre = np.asarray(self.dataset.center, dtype=np.float64)
+        first = pose_of_view(views[0])[1]
+        self.server.initial_camera.up = _up_direction(views)
+        self.server.initial_camera.position = centre + 1.5 * (first - centre)
+        self.server.initial_camera.look_at = centre
+
+    @staticmethod
+    def _go_to_frustum(event: Any) -> None:
+        frustum = event.target
+        client = event.client
+        with client.atomic():
+            client.camera.wxyz = frustum.wxyz
+            client.camera.position = frustum.position
+
+    def _build_gui(self) -> None:
+        gui = self.server.gui
+        self.status = gui.add_markdown("")
+        self.mode_control = gui.add_dropdown("mode", list(MODES), initial_value=self._mode)
+        self.mode_control.on_update(lambda event: self._mode_changed(event.target.value))
+        self.knob_panel = None
+        if self.trainer is None:
+            return
+        self.pause_button = gui.add_button("Pause", icon="player-pause")
+        self.stop_button = gui.add_button("Stop", icon="player-stop", color="red")
+        self.pause_button.on_click(lambda _: self._toggle_pause())
+        self.stop_button.on_click(lambda _: self.trainer.stop())  # type: ignore[union-attr]
+        from gsnb.viewer.gui import KnobPanel
+
+        with gui.add_folder("Knobs", expand_by_default=False):
+            self.knob_panel = KnobPanel(gui, self.trainer)
+
+    def _toggle_pause(self) -> None:
+        trainer = self.trainer
+        assert trainer is not None
+        if trainer.status == "paused":
+            trainer.resume()
+        else:
+            trainer.pause()
+        self._update_status()
+
+    def _mode_changed(self, mode: str) -> None:
+        if mode == self._mode:
+            return
+        if mode == "splats":
+            self.show_splats()
+        else:
+            self.show_renders()
+
+    # ------------------------------------------------------------ modes
+    def show_splats(self) -> None:
+        """Let the browser draw the Gaussians (viser's splats) instead of streaming renders."""
+        arrays = splat_arrays(self._model_snapshot())
+        if self._splats is not None:
+            self._splats.remove()
+        self._splats = self.server.scene.add_gaussian_splats("/splats", **arrays)
+        self._mode = "splats"
+        self.mode_control.value = "splats"
+        for client in self.server.get_clients().values():
+            client.scene.set_background_image(None)
+
+    def show_renders(self) -> None:
+        """Stream gsnb's renders at the browser's camera (the default for a trainer)."""
+        if self._splats is not None:
+            self._splats.remove()
+            self._splats = None
+        self._mode = "render"
+        self.mode_control.value = "render"
+        with self._clients_lock:
+            for planner in self._planners.values():
+                planner.forget()
+        self._wake.set()
+
+    def _model_snapshot(self) -> GaussianModel:
+        """The model between two steps: a running trainer pauses for the copy."""
+        if self.trainer is None:
+            assert self.model is not None
+            return self.model
+        trainer = self.trainer
+        pause = trainer.running and trainer.status != "paused"
+        if pause:
+            trainer.pause()  # returns once the current step has finished
+        try:
+            return GaussianModel({k: v.detach().cpu() for k, v in trainer.model.splats.items()})
+        finally:
+            if pause:
+                trainer.resume()
+
+    # ---------------------------------------------------------- clients
+    def _client_connected(self, client: Any) -> None:
+        planner = FramePlanner(**self._planner_args)
+        with self._clients_lock:
+            self._planners[client.client_id] = planner
+        client.camera.on_update(lambda camera: self._camera_moved(client.client_id, camera))
+        self._camera_moved(client.client_id, client.camera)
+
+    def _client_disconnected(self, client: Any) -> None:
+        with self._clients_lock:
+            self._planners.pop(client.client_id, None)
+
+    def _camera_moved(self, client_id: int, camera: Any) -> None:
+        try:
+            state = BrowserCamera(
+                tuple(float(v) for v in camera.wxyz),  # type: ignore[arg-type]
+                tuple(float(v) for v in camera.position),  # type: ignore[arg-type]
+                float(camera.fov),
+                int(camera.image_width),
+                int(camera.image_height),
+                time.monotonic(),
+            )
+        except AssertionError:  # viser: no camera message from this client yet
+            return
+        with self._clients_lock:
+            planner = self._planners.get(client_id)
+            if planner is not None:
+                planner.camera(state)
+        self._wake.set()
+
+    # ---------------------------------------------------------- frames
+    def _version(self) -> int:
+        return self.trainer.step_count if self.trainer is not None else 0
+
+    def _loop(self) -> None:
+        next_status = 0.0
+        while not self._stopped.is_set():
+            self._wake.wait(0.02)
+            self._wake.clear()
+            now = time.monotonic()
+            if now >= next_status:
+                next_status = now + STATUS_SECONDS
+                self._guarded(self._update_status)
+            if self._mode != "render":
+                continue
+            with self._clients_lock:
+                due = [
+                    (cid, p, p.next_frame(now, self._version()))
+                    for cid, p in self._planners.items()
+                ]
+            for client_id, planner, request in due:
+                if request is not None and not self._stopped.is_set():
+                    self._guarded(lambda: self._send_frame(client_id, planner, request))  # noqa: B023
+
+    def _guarded(self, action: Any) -> None:
+        try:
+            action()
+        except Exception as err:  # a failed frame must not end the viewer
+            self.last_error = err
+            self._stopped.wait(0.2)
+
+    def _send_frame(self, client_id: int, planner: FramePlanner, request: FrameRequest) -> None:
+        client = self.server.get_clients().get(client_id)
+        if client is None:
+            return
+        start = time.perf_counter()
+        cam = request.camera
+        view = view_from_pose(cam.wxyz, cam.position, cam.fov, request.width, request.height)
+        image = to_uint8(self.render(view).rgb[0])
+        client.scene.set_background_image(image, format="jpeg", jpeg_quality=self.jpeg_quality)
+        planner.rendered(request, time.perf_counter() - start, time.monotonic())
+        self.frames_sent += 1
+
+    def render(self, view: View) -> RenderResult:
+        """Render the scene at ``view`` without gradients (a trainer's ``render_view``, locked).
+
+        Example:
+            >>> # image = viewer.render(view_from_pose(wxyz, position, fov, 1920, 1080)).rgb[0]
+        """
+        if self.trainer is not None:
+            return self.trainer.render_view(view)
+        model = self.model
+        assert model is not None
+        device = model.splats["means"].device
+        with torch.no_grad():
+            return model.render(
+                view.viewmat[None].to(device),
+                view.K[None].to(device),
+                view.width,
+                view.height,
+                backgrounds=self.background.to(device),
+            )
+
+    def _update_status(self) -> None:
+        if self.trainer is None:
+            model = self.model
+            assert model is not None
+            self.status.content = f"**{model.num_gaussians:,}** Gaussians"
+            return
+        t = self.trainer
+        last = t.history[-1] if t.history else None
+        metrics = f" · loss {last.loss:.4f} · PSNR {last.psnr:.2f} dB" if last else ""
+        self.status.content = (
+            f"**{t.status}** · step {t.step_count} / {t.config.steps} · "
+            f"{t.num_gaussians:,} Gaussians{metrics}"
+        )
+        self.pause_button.label = "Resume" if t.status == "paused" else "Pause"
+        self.pause_button.disabled = not t.running
+        self.stop_button.disabled = not t.running
+        if self.knob_panel is not None:
+            self.knob_panel.sync()
+
+    # ---------------------------------------------------------- notebook
+    def show(self, height: int = 600) -> None:
+        """Embed the viewer in the notebook (an IFrame), or print its address in a terminal.
+
+        The IFrame loads ``127.0.0.1``: it works when the browser runs on the
+        machine of the kernel (else forward the port, e.g. ``ssh -L``).
+        """
+        try:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+        except ImportError:
+            shell = None
+        if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
+            from IPython.display import IFrame, display
+
+            display(IFrame(self.url, width="100%", height=height))
+        else:
+            print(f"gsnb viewer: open {self.url}")
+
+    def stop(self) -> None:
+        """Stop streaming and close the server; the port is free when this returns."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(10.0)
+        with contextlib.redirect_stdout(io.StringIO()):  # viser's "Server stopped"
+            self.server.stop()
+
+    def __enter__(self) -> Viewer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._stopped.is_set() else self.url
+        return f"Viewer({state}, mode {self._mode}, {len(self._planners)} client(s))"
+
+
+def _busy(host: str, port: int) -> ViewerPortError:
+    return ViewerPortError(
+        errno.EADDRINUSE,
+        f"port {port} on {host} is busy (another viewer or server holds it); pass port=0 to "
+        "take a free port, or stop the other server (viewer.stop())",
+    )
+
+
+def _up_direction(views: list[View]) -> tuple[float, float, float]:
+    """The mean of the cameras' up vectors (OpenCV: up is -y), normalised; +z if they cancel."""
+    ups = [-pose_rotation(view)[:, 1] for view in views]
+    up = np.mean(ups, axis=0)
+    norm = float(np.linalg.norm(up))
+    if norm < 1e-6:
+        return (0.0, 0.0, 1.0)
+    return tuple(float(v) for v in up / norm)  # type: ignore[return-value]
+
+
+def pose_rotation(view: View) -> np.ndarray:
+    """``[3, 3]`` camera-to-world rotation of ``view``."""
+    return torch.as_tensor(view.viewmat, dtype=torch.float64).cpu().numpy()[:3, :3].T

@@ -1,0 +1,75 @@
+"""``%gs_train`` in a real IPython shell, loaded with ``%load_ext gsnb``."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from gsnb.notebook.panel import TrainingPanel
+from gsnb.notebook.train_magics import TrainMagics
+from gsnb.train import Trainer
+
+QUICK = "--device cpu --sh-degree 1 --max-init-points 40"
+
+
+@pytest.fixture
+def shell():
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "gsnb")
+    yield ip
+    for name in [k for k, v in ip.user_ns.items() if isinstance(v, (Trainer, TrainingPanel))]:
+        value = ip.user_ns.pop(name)
+        value.stop() if isinstance(value, Trainer) else value.close()
+
+
+def test_trains_a_folder_in_the_background_and_shows_the_panel(shell, scene_root, capsys):
+    assert (
+        shell.run_line_magic("gs_train", f"{scene_root} --steps 4 --test-every 3 {QUICK}") is None
+    )
+    trainer, panel = shell.user_ns["trainer"], shell.user_ns["trainer_panel"]
+    assert isinstance(trainer, Trainer) and isinstance(panel, TrainingPanel)
+    assert "TrainingPanel(Trainer(" in capsys.readouterr().out  # shown (as text in a terminal)
+    trainer.wait(60)
+    assert trainer.step_count == 4 and trainer.status == "finished"
+    assert trainer.config.data == str(scene_root) and len(trainer.dataset.test) == 2
+    assert trainer.config.sh_degree == 1 and trainer.model.sh_degree == 1
+
+
+def test_takes_a_dataset_variable_options_and_a_name(shell, dataset):
+    shell.user_ns["scene"] = dataset
+    line = f"scene --steps 3 --strategy mcmc --camera 2 --no-start --name run {QUICK}"
+    shell.run_line_magic("gs_train", line)
+    run, panel = shell.user_ns["run"], shell.user_ns["run_panel"]
+    assert run.strategy.name == "mcmc" and run.config.steps == 3 and run.status == "idle"
+    assert panel.camera.value == 2 and run.config.data is None
+
+
+def test_refuses_a_second_run_under_a_busy_name(shell, dataset):
+    shell.run_line_magic("gs_train", f"{dataset.root} --steps 100000 {QUICK}")
+    with pytest.raises(UsageError, match=r"trainer is still training; call trainer\.stop\(\)"):
+        shell.run_line_magic("gs_train", f"{dataset.root} {QUICK}")
+
+
+def test_bad_input_is_a_usage_error(shell, tmp_path):
+    with pytest.raises(UsageError, match="neither a dataset folder nor a notebook variable"):
+        shell.run_line_magic("gs_train", f"{tmp_path / 'missing'} {QUICK}")
+    with pytest.raises(UsageError, match="unrecognized arguments: --bogus"):
+        shell.run_line_magic("gs_train", "x --bogus")
+    with pytest.raises(UsageError, match="invalid choice: 'best'"):
+        shell.run_line_magic("gs_train", "x --strategy best")
+
+
+def test_bad_settings_are_usage_errors(shell, scene_root):
+    with pytest.raises(UsageError, match=r"knob steps=0 is outside its range"):
+        shell.run_line_magic("gs_train", f"{scene_root} --steps 0 {QUICK}")
+    with pytest.raises(UsageError, match=r"no training view named 'nope\.png'"):
+        shell.run_line_magic("gs_train", f"{scene_root} --camera nope.png {QUICK}")
+
+
+def test_help_lists_the_options(shell, capsys):
+    shell.run_cell("%gs_train?")
+    out = capsys.readouterr().out
+    for option in ("--steps", "--downscale", "--strategy", "--viewer", "--resume", "--no-start"):
+        assert option in out
+    assert "--eval-every" in TrainMagics.gs_train.__doc__

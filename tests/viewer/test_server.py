@@ -1,0 +1,198 @@
+"""The viewer through a raw websocket client speaking viser's protocol (no browser)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+
+from gsnb.model import GaussianModel
+from gsnb.notebook.imaging import to_uint8
+from gsnb.train import TrainConfig, Trainer
+from gsnb.viewer import Viewer
+from gsnb.viewer.cameras import pose_of_view, view_from_pose
+from gsnb.viewer.client import ViewerClient, look_from
+from gsnb.viewer.server import ViewerPortError, port_is_free
+
+EYE = (0.5, -4.0, 2.0)
+FOV = 0.9
+
+
+@pytest.fixture
+def viewers():
+    made: list[Viewer] = []
+
+    def make(*args, **kwargs) -> Viewer:
+        made.append(viewer := Viewer(*args, **kwargs))
+        return viewer
+
+    yield make
+    for viewer in made:
+        viewer.stop()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(0.02)
+
+
+def find(client: ViewerClient, kind: str, label: str | None = None, new: bool = False) -> dict:
+    """The first message of ``kind`` (with GUI ``label``) received so far (unless ``new``) or
+    arriving within 10 s."""
+
+    def match(m: dict) -> bool:
+        return m["type"] == kind and (label is None or m.get("props", {}).get("label") == label)
+
+    for message in [] if new else client.received:
+        if match(message):
+            return message
+    for message in client.messages(10.0):
+        if match(message):
+            return message
+    raise AssertionError(f"no {kind} {label or ''} within 10 s")
+
+
+def test_streams_a_preview_then_the_full_render_at_the_browser_camera(trainer, viewers):
+    viewer = viewers(trainer)
+    wxyz = look_from(EYE, (0.0, 0.0, 0.5))
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(wxyz, EYE, FOV, 64, 48)
+        preview = client.next_frame()
+        assert preview.shape == (12, 16, 3)
+        full = client.next_frame(min_width=64)
+        assert full.shape == (48, 64, 3)
+    expected = to_uint8(trainer.render_view(view_from_pose(wxyz, EYE, FOV, 64, 48)).rgb[0])
+    elsewhere = to_uint8(
+        trainer.render_view(
+            view_from_pose(look_from((3, 3, 1), (0, 0, 0)), (3, 3, 1), FOV, 64, 48)
+        ).rgb[0]
+    )
+    error = np.abs(full.astype(float) - expected).mean()
+    assert error < 4.0  # JPEG
+    assert np.abs(full.astype(float) - elsewhere).mean() > 5 * error
+    assert viewer.last_error is None
+
+
+def test_frames_follow_training_without_changing_it(trainer, wide_scene, viewers):
+    headless = Trainer(wide_scene, TrainConfig(steps=10_000, sh_degree=1, device="cpu", seed=3))
+    headless.run(12)
+    viewer = viewers(trainer, max_fps=50, refresh_share=0.9, rest_seconds=0.0)
+    frames = []
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(look_from(EYE, (0, 0, 0.5)), EYE, FOV, 32, 24)
+        frames.append(client.next_frame())
+        trainer.start(steps=12)
+        while trainer.running:
+            frames.append(client.next_frame(timeout=30))
+        trainer.wait()
+    assert trainer.step_count == 12 and len(frames) >= 3
+    assert len({f.tobytes() for f in frames}) >= 3  # the picture changes as training goes on
+    for name, value in trainer.model.splats.items():
+        assert torch.equal(value, headless.model.splats[name]), name
+
+
+def test_the_knobs_in_the_browser_reach_the_trainer_and_follow_it(trainer, viewers):
+    viewer = viewers(trainer)
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+        labels = {
+            m["props"]["label"]
+            for m in client.messages(2.0)
+            if m["type"].startswith("Gui") and "label" in m.get("props", {})
+        }
+        assert {k.name for k in trainer.knobs()} <= labels
+        slider = find(client, "GuiSliderMessage", "ssim_lambda")
+        client.send({"type": "GuiUpdateMessage", "uuid": slider["uuid"], "updates": {"value": 0.5}})
+        wait_until(lambda: trainer.pending_knobs == {"ssim_lambda": 0.5})
+        trainer.step()
+        assert trainer.config.ssim_lambda == 0.5
+        box = find(client, "GuiNumberMessage", "refine_every")
+        trainer.set(refine_every=7)
+        for message in client.messages(5.0):
+            if message["type"] == "GuiUpdateMessage" and message["uuid"] == box["uuid"]:
+                assert message["updates"] == {"value": 7}
+                break
+        else:
+            raise AssertionError("the browser never saw refine_every=7")
+        assert trainer.pending_knobs == {"refine_every": 7}  # no echo of a stale value
+
+
+def test_clicking_a_training_camera_moves_the_view_there(trainer, viewers):
+    viewer = viewers(trainer)
+    assert len(viewer.frustums) == len(trainer.dataset.train) + len(trainer.dataset.test)
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+        client.next_frame()
+        client.send(
+            {
+                "type": "SceneNodeClickMessage",
+                "name": "/cameras/train/0002",
+                "instance_index": None,
+                "ray_origin": list(EYE),
+                "ray_direction": [0.0, 0.0, -1.0],
+                "screen_pos": [0.5, 0.5],
+                "modifier": None,
+                "owner": "",
+            }
+        )
+        moved = find(client, "SetCameraPositionMessage", new=True)
+        assert np.allclose(moved["position"], pose_of_view(trainer.dataset.train[2])[1], atol=1e-5)
+
+
+def test_a_model_is_shown_as_splats_and_can_be_rendered(viewers):
+    g = torch.Generator().manual_seed(1)
+    model = GaussianModel.from_points(
+        torch.randn(40, 3, generator=g), torch.rand(40, 3, generator=g)
+    )
+    viewer = viewers(model)
+    assert viewer.mode == "splats"
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+        splats = find(client, "GaussianSplatsMessage")
+        rows = splats["props"]["buffer"].reshape(40, 8)
+        centres = rows[:, :3].copy().view(np.float32)
+        assert np.array_equal(centres, model.splats["means"].detach().numpy())
+        viewer.show_renders()
+        assert client.next_frame(min_width=32).shape == (24, 32, 3)
+        assert find(client, "RemoveSceneNodeMessage", new=False)["name"] == "/splats"
+
+
+def test_a_busy_port_is_refused_clearly_and_stop_frees_the_port(viewers):
+    model = GaussianModel.from_points(torch.rand(5, 3), torch.rand(5, 3), sh_degree=0)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ViewerPortError, match=rf"port {port} on 127\.0\.0\.1 is busy.*port=0"):
+            Viewer(model, port=port)
+    viewer = viewers(model, port=port)  # free again: taken exactly
+    assert viewer.port == port and not port_is_free("127.0.0.1", port)
+    other = viewers(model, port=0)
+    assert other.port not in (0, port)
+    viewer.stop()
+    assert port_is_free("127.0.0.1", port)
+    with socket.socket() as again:
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("127.0.0.1", port))
+        again.listen()
+
+
+def test_show_prints_the_url_outside_a_notebook_and_bad_input_is_refused(viewers, capsys):
+    model = GaussianModel.from_points(torch.rand(5, 3), torch.rand(5, 3), sh_degree=0)
+    viewer = viewers(model, mode="render")
+    viewer.show()
+    assert capsys.readouterr().out.strip() == f"gsnb viewer: open {viewer.url}"
+    assert "render" in repr(viewer)
+    with pytest.raises(TypeError, match="Trainer or a GaussianModel"):
+        Viewer("scene.ply")
+    with pytest.raises(ValueError, match="mode must be"):
+        Viewer(model, mode="points")
+    with pytest.raises(ValueError, match="port must lie"):
+        Viewer(model, port=70000)

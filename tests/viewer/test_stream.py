@@ -1,0 +1,86 @@
+"""Tests for gsnb/viewer/stream.py: previews while moving, full frames at rest, refresh budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from gsnb.viewer.stream import BrowserCamera, FramePlanner, fit_size
+
+
+def camera(stamp: float, x: float = 0.0, width: int = 640, height: int = 360) -> BrowserCamera:
+    return BrowserCamera((1.0, 0.0, 0.0, 0.0), (x, 0.0, 0.0), 1.0, width, height, stamp)
+
+
+def test_fit_size():
+    assert fit_size(1920, 1080, 1920) == (1920, 1080)
+    assert fit_size(3840, 2160, 1920) == (1920, 1080)
+    assert fit_size(1920, 1080, 1920, 0.25) == (480, 270)
+    assert fit_size(10, 10, 1920, 0.01) == (1, 1)
+
+
+def test_moving_camera_gets_previews_then_the_full_frame_at_rest():
+    planner = FramePlanner(preview_scale=0.25, rest_seconds=0.2)
+    assert planner.next_frame(0.0, version=0) is None  # no camera yet
+    sizes = []
+    for i in range(10):  # a drag: a new camera every 50 ms
+        now = i * 0.05
+        planner.camera(camera(now, x=i))
+        request = planner.next_frame(now + 0.001, version=0)
+        assert request is not None and request.preview
+        sizes.append((request.width, request.height))
+        planner.rendered(request, cost=0.001, now=now + 0.002)
+        assert planner.next_frame(now + 0.01, version=0) is None
+    assert set(sizes) == {(160, 90)}
+    assert planner.next_frame(0.45 + 0.1, version=0) is None  # not yet at rest
+    full = planner.next_frame(0.45 + 0.2, version=0)
+    assert (full.width, full.height, full.preview) == (640, 360, False)
+    planner.rendered(full, cost=0.01, now=0.7)
+    assert planner.next_frame(5.0, version=0) is None  # nothing changed
+
+
+def test_training_refreshes_are_capped_by_rate_and_time_share():
+    planner = FramePlanner(max_fps=10, refresh_share=0.25, rest_seconds=0.0)
+    planner.camera(camera(0.0))
+    request = planner.next_frame(0.0, version=0)
+    assert not request.preview  # a resting camera: straight to full size
+    cost = 0.1  # each render holds the trainer's lock for 100 ms
+    planner.rendered(request, cost, now=cost)
+    now, frames, busy, version = cost, 0, 0.0, 0
+    while now < 20.0:
+        version += 1  # the model changes every 10 ms
+        request = planner.next_frame(now, version)
+        if request is not None:
+            assert request.version == version and not request.preview
+            frames += 1
+            busy += cost
+            now += cost
+            planner.rendered(request, cost, now)
+        now += 0.01
+    assert busy / now <= 0.25 + 0.01
+    assert frames >= 0.9 * 20.0 * 0.25 / cost
+    cheap = FramePlanner(max_fps=10, rest_seconds=0.0)
+    cheap.camera(camera(0.0))
+    shown = 0
+    for tick in range(1000):  # 10 s, cheap renders: the fps cap rules
+        request = cheap.next_frame(tick * 0.01, version=tick)
+        if request is not None:
+            cheap.rendered(request, 0.001, tick * 0.01)
+            shown += 1
+    assert 90 <= shown <= 101
+
+
+def test_size_caps_hidden_canvases_and_forget():
+    planner = FramePlanner(max_size=1000, rest_seconds=0.0)
+    planner.camera(camera(0.0, width=0, height=0))
+    assert planner.current is None
+    planner.camera(camera(0.0, width=4000, height=2000))
+    request = planner.next_frame(1.0, version=0)
+    assert (request.width, request.height) == (1000, 500)
+    planner.rendered(request, 0.01, 1.0)
+    assert planner.next_frame(2.0, version=0) is None
+    planner.forget()
+    assert planner.next_frame(2.0, version=0) is not None
+    with pytest.raises(ValueError, match="preview_scale"):
+        FramePlanner(preview_scale=0.0)
+    with pytest.raises(ValueError, match="max_fps"):
+        FramePlanner(max_fps=0)

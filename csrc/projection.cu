@@ -123,8 +123,10 @@ int blocks_for(int64_t n) { return (int)((n + kThreads - 1) / kThreads); }
 __device__ __forceinline__ void stage_coeffs_in(
     const float* __restrict__ coeffs, float* rows, int row_len, int used, int stored, int64_t idx0,
     int count, int n) {
+  const float inv = 1.f / (float)used;
   for (int e = threadIdx.x; e < count * used; e += blockDim.x) {
-    const int r = e / used, k = e - r * used;
+    const int r = __float2int_rz(((float)e + 0.5f) * inv);  // e / used, exact for e < 2^16
+    const int k = e - r * used;
     const int64_t g = (idx0 + r) % n;
     rows[r * row_len + k] = coeffs[g * stored + k];
   }
@@ -145,17 +147,8 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
     float near_plane, float far_plane, float* __restrict__ means2d, float* __restrict__ conics,
     float* __restrict__ depths, int* __restrict__ radii, float* __restrict__ feats, int channels,
     int* __restrict__ tiles) {
-  extern __shared__ float s_rows[];
   const int64_t total = (int64_t)num_cams * n;
-  const int64_t idx0 = (int64_t)blockIdx.x * blockDim.x;
-  const int64_t idx = idx0 + threadIdx.x;
-  const int used = sh_degree >= 0 ? num_bases(sh_degree) * 3 : 0;
-  const int row_len = used + 1;
-  if (sh_degree >= 0) {
-    stage_coeffs_in(coeffs, s_rows, row_len, used, num_coeffs * 3, idx0,
-                    (int)min((int64_t)blockDim.x, total - idx0), n);
-    __syncthreads();
-  }
+  const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int cid = idx / n;
   const int gid = idx % n;
@@ -210,7 +203,8 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
   const float inv = rsqrtf(fmaxf(dir[0] * dir[0] + dir[1] * dir[1] + dir[2] * dir[2], 1e-24f));
   float basis[16];
   sh_basis(sh_degree, dir[0] * inv, dir[1] * inv, dir[2] * inv, basis);
-  const float* co = s_rows + threadIdx.x * row_len;
+  // Only visible splats read their coefficients; one Gaussian's lie in a few cache lines.
+  const float* co = coeffs + (int64_t)gid * num_coeffs * 3;
   const int nb = num_bases(sh_degree);
   float acc[3] = {0.5f, 0.5f, 0.5f};
 #pragma unroll
@@ -235,8 +229,7 @@ __device__ __forceinline__ void put(float* dst, float v, bool atomic) {
 // Gradients of one (camera, Gaussian) with respect to the Gaussian's parameters;
 // v_row receives the SH coefficient gradients (it holds the coefficients on entry).
 __device__ __forceinline__ void splat_backward(
-    const Camera& cam, const Splat& sp, const float* mean, int sh_degree, const float* rgb,
-    float* row, const float* conic, const float* v_mean2d, const float* v_conic,
+    const Camera& cam, const Splat& sp, const float* mean, int sh_degree, float* row, const float* conic, const float* v_mean2d, const float* v_conic,
     const float* vf, float v_depth, float* v_mean, float* v_quat, float* v_scale,
     float* v_rgb) {
   const float z = sp.p[2];
@@ -428,8 +421,9 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
                                             far_plane, sp);
     if (active) {
       const float* vf = v_feats + idx * channels;
-      const float v_depth = v_depths[idx] + (channels == 4 ? vf[3] : 0.f);
-      splat_backward(cam, sp, means + gid * 3, sh_degree, nullptr, row, conics + idx * 3,
+      const float v_depth =
+          (v_depths != nullptr ? v_depths[idx] : 0.f) + (channels == 4 ? vf[3] : 0.f);
+      splat_backward(cam, sp, means + gid * 3, sh_degree, row, conics + idx * 3,
                      v_means2d + idx * 2, v_conics + idx * 3, vf, v_depth, v_mean, v_quat,
                      v_scale, v_rgb);
     } else if (sh_degree >= 0) {
@@ -449,8 +443,10 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
   if (sh_degree < 0) return;
   __syncthreads();
   // Coalesced write-back of the staged coefficient gradients (zeros beyond the used degree).
+  const float inv = 1.f / (float)stored;
   for (int e = threadIdx.x; e < count * stored; e += blockDim.x) {
-    const int r = e / stored, k = e - r * stored;
+    const int r = __float2int_rz(((float)e + 0.5f) * inv);  // e / stored, exact for e < 2^16
+    const int k = e - r * stored;
     const int64_t g = (idx0 + r) % n;
     const float v = k < used ? s_rows[r * row_len + k] : 0.f;
     put(v_coeffs + g * stored + k, v, atomic);
@@ -476,8 +472,7 @@ std::vector<at::Tensor> project_forward(
   auto radii = at::empty({c, n, 2}, f.dtype(at::kInt));
   auto tiles = at::empty({c, n}, f.dtype(at::kInt));
   if (c * n > 0) {
-    const size_t smem = sh_degree >= 0 ? kThreads * ((sh_degree + 1) * (sh_degree + 1) * 3 + 1) * 4 : 0;
-    project_forward_kernel<<<blocks_for(c * n), kThreads, smem, c10::cuda::getCurrentCUDAStream()>>>(
+    project_forward_kernel<<<blocks_for(c * n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
         c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
         opacities.data_ptr<float>(), coeffs.data_ptr<float>(), num_coeffs, sh_degree,
         viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height, near_plane, far_plane,
@@ -510,7 +505,8 @@ std::vector<at::Tensor> project_backward(
         coeffs.data_ptr<float>(), num_coeffs, sh_degree, viewmats.data_ptr<float>(),
         Ks.data_ptr<float>(), width, height, near_plane, far_plane, radii.data_ptr<int>(),
         conics.data_ptr<float>(), v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(),
-        v_feats.data_ptr<float>(), v_feats.size(-1), v_depths.data_ptr<float>(),
+        v_feats.data_ptr<float>(), v_feats.size(-1),
+        v_depths.numel() > 0 ? v_depths.data_ptr<float>() : nullptr,
         v_means.data_ptr<float>(), v_quats.data_ptr<float>(), v_scales.data_ptr<float>(),
         v_coeffs.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();

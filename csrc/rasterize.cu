@@ -160,11 +160,12 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
   float v_out[CH], behind[CH];
 #pragma unroll
   for (int ch = 0; ch < 3; ++ch) v_out[ch] = inside ? v_rgb[pix * 3 + ch] : 0.f;
-  float v_a = inside ? v_out_alpha[pix] : 0.f;
+  // Outputs the loss did not use have no gradient buffer (nullptr): zero.
+  float v_a = inside && v_out_alpha != nullptr ? v_out_alpha[pix] : 0.f;
   if (CH == 4) {
     // depth = blended depth / max(alpha, eps): chain rule into the blend and into alpha.
     const float a = fmaxf(alpha_out, kDepthAlphaMin);
-    const float vd = inside ? v_depth[pix] : 0.f;
+    const float vd = inside && v_depth != nullptr ? v_depth[pix] : 0.f;
     v_out[CH - 1] = vd / a;
     if (alpha_out >= kDepthAlphaMin) v_a -= vd * (inside ? out_depth[pix] : 0.f) / a;
   }
@@ -310,7 +311,8 @@ void launch_backward(
       opacities.data_ptr<float>(), offsets.data_ptr<int>(), flat_ids.data_ptr<int>(),
       alpha.data_ptr<float>(), CH == 4 ? depth.data_ptr<float>() : nullptr,
       last_ids.data_ptr<int>(), v_rgb.data_ptr<float>(),
-      CH == 4 ? v_depth.data_ptr<float>() : nullptr, v_alpha.data_ptr<float>(),
+      CH == 4 && v_depth.numel() > 0 ? v_depth.data_ptr<float>() : nullptr,
+      v_alpha.numel() > 0 ? v_alpha.data_ptr<float>() : nullptr,
       v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(), v_feats.data_ptr<float>(),
       v_opacities.data_ptr<float>(), v_abs);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

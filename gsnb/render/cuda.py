@@ -79,6 +79,8 @@ class _Project(torch.autograd.Function):
         ctx.save_for_backward(means, quats, scales, coeffs, viewmats, Ks, radii, conics)
         ctx.settings = settings
         ctx.mark_non_differentiable(radii, tiles)
+        # Unused outputs get no zero-filled gradient buffers (the kernels read them as zero).
+        ctx.set_materialize_grads(False)
         return means2d, conics, depths, radii, feats, tiles
 
     @staticmethod
@@ -86,10 +88,12 @@ class _Project(torch.autograd.Function):
     def backward(ctx: Any, v_means2d, v_conics, v_depths, _v_radii, v_feats, _v_tiles):  # type: ignore[override]
         means, quats, scales, coeffs, viewmats, Ks, radii, conics = ctx.saved_tensors
         width, height, near, far, degree, _ = ctx.settings
+        channels = 4 if ctx.settings[5] else 3
         v_means, v_quats, v_scales, v_coeffs = _require().project_backward(
             means, quats, scales, coeffs, viewmats, Ks, width, height, near, far, degree,
-            radii, conics, v_means2d.contiguous(), v_conics.contiguous(), v_feats.contiguous(),
-            v_depths.contiguous(),
+            radii, conics, _grad(v_means2d, (*radii.shape[:2], 2), radii),
+            _grad(v_conics, (*radii.shape[:2], 3), radii),
+            _grad(v_feats, (*radii.shape[:2], channels), radii), _grad(v_depths, None, radii),
         )  # fmt: skip
         needs = ctx.needs_input_grad
         return (
@@ -128,6 +132,7 @@ class _Rasterize(torch.autograd.Function):
         )
         ctx.size = size
         ctx.absgrad_sink = absgrad_sink
+        ctx.set_materialize_grads(False)
         return rgb, depth, alpha
 
     @staticmethod
@@ -140,12 +145,22 @@ class _Rasterize(torch.autograd.Function):
         sink = ctx.absgrad_sink
         grads = _require().rasterize_backward(
             means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha, depth,
-            last_ids, v_rgb.contiguous(), v_depth.contiguous(), v_alpha.contiguous(),
-            sink is not None,
+            last_ids, _grad(v_rgb, (*alpha.shape[:3], 3), alpha), _grad(v_depth, None, alpha),
+            _grad(v_alpha, None, alpha), sink is not None,
         )  # fmt: skip
         if sink is not None:
             sink.add_(grads[4])
         return grads[0], grads[1], grads[2], grads[3], None, None, None, None
+
+
+def _grad(grad: Tensor | None, shape: tuple[int, ...] | None, like: Tensor) -> Tensor:
+    """A contiguous gradient; a missing one becomes zeros of ``shape``, or an empty tensor
+    (read as zero by the kernels) when ``shape`` is None."""
+    if grad is not None:
+        return grad.contiguous()
+    if shape is None:
+        return torch.empty(0, device=like.device, dtype=torch.float32)
+    return torch.zeros(shape, device=like.device, dtype=torch.float32)
 
 
 def render(

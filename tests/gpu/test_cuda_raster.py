@@ -208,3 +208,24 @@ def test_distant_and_clipped_gaussians(cuda_ext):
     # Splats cut by the near plane and seen at the edge of the clamped Jacobian: float32
     # cancellation there measured about 1e-4 on outputs and 8e-4 on gradients.
     check(errors, output_tol=5e-4, grad_tol=3e-3)
+
+
+@pytest.mark.parametrize("used", ["alpha", "rgb", "depth"])
+def test_gradients_when_the_loss_uses_one_output(cuda_ext, used):
+    """Outputs the loss ignores have no gradient buffers; the kernels must read them as zero."""
+    g, viewmats, Ks = scene(3000, 120, 90, 2, seed=31)
+    grads = {}
+    for backend, dtype in (("cuda", torch.float32), ("reference", torch.float64)):
+        params = {k: v.to(dtype).clone().requires_grad_(True) for k, v in g.items()}
+        out = gsnb.render(
+            **params, viewmats=viewmats.to(dtype), Ks=Ks.to(dtype), width=120, height=90,
+            backend=backend,
+        )  # fmt: skip
+        target = {"alpha": out.alpha, "rgb": out.rgb, "depth": out.depth * out.alpha.detach()}
+        (
+            target[used] * torch.linspace(0, 1, 90, device="cuda", dtype=dtype)[:, None, None]
+        ).sum().backward()
+        grads[backend] = params
+    for k in KEYS:
+        err = rel_err(grads["cuda"][k].grad, grads["reference"][k].grad)
+        assert err < GRAD_TOL, (used, k, err)

@@ -149,6 +149,7 @@ def render(
         means, quats, scales, opacities, colors, viewmats, Ks, width, height,
         sh_degree, backgrounds, near_plane, far_plane, check_values,
     )  # fmt: skip
+    width, height = int(width), int(height)  # numpy integers are fine too
     chosen = _choose_backend(backend, means.device, means.dtype)
     if chosen == "cuda":
         from gsnb.render import cuda

@@ -222,7 +222,7 @@ def _rasterize_camera(
                 o, a, log_t = block(*args)
             out = out + o
             acc = acc + a
-            if not bool((log_t.detach() >= _LOG_T_MIN).any()):
+            if not bool(((log_t.detach() >= _LOG_T_MIN) & pix_ok).any()):
                 break
         keep = pix_ok.reshape(-1)
         pixel_ids.append((pyi * width + pxi).reshape(-1)[keep])

@@ -63,7 +63,7 @@ def validate_inputs(
         got = _describe(backgrounds) if isinstance(backgrounds, Tensor) else type(backgrounds)
         raise ValueError(f"backgrounds has {got}; expected [3] or [C, 3] with C = {c}")
     for name, value in (("width", width), ("height", height)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if isinstance(value, bool) or not hasattr(type(value), "__index__") or int(value) <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if not (0 <= near_plane < far_plane):
         raise ValueError(f"need 0 <= near_plane < far_plane, got {near_plane} and {far_plane}")

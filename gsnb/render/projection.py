@@ -84,8 +84,10 @@ def project(
     cx, cy = Ks[:, 0, 2, None], Ks[:, 1, 2, None]
     margin_x = (FOV_CLAMP - 1.0) * 0.5 * width / fx
     margin_y = (FOV_CLAMP - 1.0) * 0.5 * height / fy
-    tx = zs * torch.minimum(torch.maximum(x / zs, -cx / fx - margin_x), (width - cx) / fx + margin_x)
-    ty = zs * torch.minimum(torch.maximum(y / zs, -cy / fy - margin_y), (height - cy) / fy + margin_y)
+    lim_x = (-cx / fx - margin_x, (width - cx) / fx + margin_x)
+    lim_y = (-cy / fy - margin_y, (height - cy) / fy + margin_y)
+    tx = zs * torch.minimum(torch.maximum(x / zs, lim_x[0]), lim_x[1])
+    ty = zs * torch.minimum(torch.maximum(y / zs, lim_y[0]), lim_y[1])
 
     zero = torch.zeros_like(zs)
     jac = torch.stack(

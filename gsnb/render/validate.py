@@ -1,4 +1,7 @@
-"""Argument checks for :func:`gsnb.render`: each error names the argument, its shape and the expected one."""
+"""Argument checks for :func:`gsnb.render`.
+
+Each error names the argument, its shape and the expected one.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ def check_tensor(name: str, t: object, shape: tuple[int | str, ...], expected: s
         raise ValueError(
             f"{name} must be a torch.Tensor of shape {expected}, got {type(t).__name__}"
         )
-    if t.dim() != len(shape) or any(s != -1 and s != d for s, d in zip(shape, t.shape)):
+    if t.dim() != len(shape) or any(
+        s != -1 and s != d for s, d in zip(shape, t.shape, strict=True)
+    ):
         raise ValueError(f"{name} has {_describe(t)}; expected shape {expected}")
     return t
 

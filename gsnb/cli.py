@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "build": ("gsnb.build.commands", "build", "build the CUDA rasterizer for this GPU"),
     "export": ("gsnb.export.commands", "export", "write a checkpoint as a 3DGS PLY file"),
     "video": ("gsnb.export.commands", "video", "render a camera path to an H.264 MP4 video"),
+    "train": ("gsnb.train.commands", "train", "train Gaussians on a dataset of posed photos"),
+    "demo": ("gsnb.train.commands", "demo", "train on a synthetic scene: no download, PLY + video"),
 }
 
 

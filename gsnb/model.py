@@ -15,6 +15,8 @@ from gsnb.render.sh import num_sh_bases, rgb_to_sh0, sh_degree_from_bases
 from gsnb.utils.atomic import atomic_write
 
 SPLAT_KEYS = ("means", "quats", "scales", "opacities", "sh0", "shN")
+CHECKPOINT_FORMATS = ("gsnb-model-1", "gsnb-trainer-1")
+"""Format tags of files :meth:`GaussianModel.load` reads: a model, or a whole training state."""
 
 
 class GaussianModel(nn.Module):
@@ -46,14 +48,18 @@ class GaussianModel(nn.Module):
         expected = {"means": (n, 3), "quats": (n, 4), "scales": (n, 3), "opacities": (n,)}
         for key, shape in expected.items():
             if tuple(splats[key].shape) != shape:
-                raise ValueError(f"{key} has shape {list(splats[key].shape)}; expected {list(shape)}")
+                raise ValueError(
+                    f"{key} has shape {list(splats[key].shape)}; expected {list(shape)}"
+                )
         if tuple(splats["sh0"].shape) != (n, 1, 3):
             raise ValueError(f"sh0 has shape {list(splats['sh0'].shape)}; expected [{n}, 1, 3]")
         shn = splats["shN"]
         if shn.dim() != 3 or shn.shape[0] != n or shn.shape[2] != 3:
             raise ValueError(f"shN has shape {list(shn.shape)}; expected [{n}, K-1, 3]")
         sh_degree_from_bases(shn.shape[1] + 1)
-        self.splats = nn.ParameterDict({k: nn.Parameter(splats[k].detach().clone()) for k in SPLAT_KEYS})
+        self.splats = nn.ParameterDict(
+            {k: nn.Parameter(splats[k].detach().clone()) for k in SPLAT_KEYS}
+        )
 
     @classmethod
     def from_points(
@@ -100,7 +106,7 @@ class GaussianModel(nn.Module):
         return sh_degree_from_bases(self.splats["shN"].shape[1] + 1)
 
     def activated(self) -> dict[str, Tensor]:
-        """Render-ready tensors: unit-free ``scales``, opacities in [0, 1], SH ``colors [N, K, 3]``."""
+        """Render-ready tensors: linear ``scales``, opacities in [0, 1], SH ``colors [N, K, 3]``."""
         s = self.splats
         return {
             "means": s["means"],
@@ -113,7 +119,7 @@ class GaussianModel(nn.Module):
     def render(
         self, viewmats: Tensor, Ks: Tensor, width: int, height: int, **kwargs: Any
     ) -> RenderResult:
-        """Render through :func:`gsnb.render`; ``kwargs`` pass through (``sh_degree``, ``backgrounds``, ...)."""
+        """Render through :func:`gsnb.render`; ``kwargs`` (``sh_degree``, ...) pass through."""
         a = self.activated()
         return render(
             a["means"], a["quats"], a["scales"], a["opacities"], a["colors"],
@@ -122,24 +128,54 @@ class GaussianModel(nn.Module):
 
     def save(self, path: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
         """Write a checkpoint atomically (``torch.save`` into a temporary file, then rename)."""
-        payload = {"format": "gsnb-model-1", "splats": {k: v.detach().cpu() for k, v in self.splats.items()}}
+        payload = {
+            "format": "gsnb-model-1",
+            "splats": {k: v.detach().cpu() for k, v in self.splats.items()},
+        }
         if extra:
             payload["extra"] = extra
         with atomic_write(path, "wb") as handle:
             torch.save(payload, handle)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> GaussianModel:
-        """Read a checkpoint written by :meth:`save` (tensors only: ``weights_only=True``)."""
+    def load(
+        cls, path: str | os.PathLike[str], map_location: str | torch.device = "cpu"
+    ) -> GaussianModel:
+        """Read the Gaussians of a model checkpoint (:meth:`save`) or a trainer checkpoint.
+
+        The file is read as data only (``weights_only=True``): no code in it runs.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+            ValueError: the file is corrupt, truncated, or holds no Gaussians.
+
+        Example:
+            >>> import tempfile, torch
+            >>> path = tempfile.mkdtemp() + "/model.pt"
+            >>> GaussianModel.from_points(torch.rand(5, 3), torch.rand(5, 3)).save(path)
+            >>> GaussianModel.load(path).num_gaussians
+            5
+        """
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"checkpoint {path} does not exist")
         try:
             payload = torch.load(path, map_location=map_location, weights_only=True)
-        except FileNotFoundError:
-            raise
         except Exception as err:
-            raise ValueError(f"{path} is not a readable gsnb checkpoint: {err}") from err
-        if not isinstance(payload, dict) or payload.get("format") != "gsnb-model-1":
-            raise ValueError(f"{path} is not a gsnb model checkpoint (no 'gsnb-model-1' format tag)")
-        return cls(payload["splats"])
+            raise ValueError(
+                f"{path} is not a readable gsnb checkpoint (truncated or corrupt: {err})"
+            ) from err
+        fmt = payload.get("format") if isinstance(payload, dict) else None
+        if fmt not in CHECKPOINT_FORMATS:
+            raise ValueError(
+                f"{path} is not a gsnb checkpoint (format tag {fmt!r}, expected one of "
+                f"{list(CHECKPOINT_FORMATS)})"
+            )
+        splats = payload.get("splats")
+        if not isinstance(splats, dict) or not all(
+            isinstance(splats.get(k), Tensor) for k in SPLAT_KEYS
+        ):
+            raise ValueError(f"{path} holds no complete set of Gaussians {SPLAT_KEYS}")
+        return cls(splats)
 
 
 def knn_distances(points: Tensor, k: int = 3) -> Tensor:

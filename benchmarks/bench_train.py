@@ -1,0 +1,203 @@
+"""Training quality and speed: gsnb's trainer with gsnb's renderer beside gsplat's.
+
+The fox at downscale 2 (540 x 960), the default strategy, the same seed: once
+with ``gsnb.render`` (CUDA backend) and once with gsplat 1.5.3's
+``rasterization`` wrapped into the renderer interface, so the only difference is
+the rasterizer. Reports test PSNR / SSIM (every 8th view), wall time of the
+training loop (CUDA synchronised), peak GPU memory, Gaussian count, and the
+ratios gsnb / gsplat. Goal: PSNR at least gsplat's minus 0.1 dB in at most 0.8x
+its wall time.
+
+    python benchmarks/bench_train.py --out benchmarks/results                  # 7000 steps
+    python benchmarks/bench_train.py --out benchmarks/results --steps 30000 --renderers gsnb
+    python benchmarks/bench_train.py --out benchmarks/results --steps 30000 --renderers gsplat
+
+On one H200: building gsnb's rasterizer takes about 45 s and gsplat's JIT
+compile about 60 s; 7000 steps take about one to two minutes per renderer, so
+the default run finishes in about five minutes. A 30000-step run takes a few
+minutes per renderer: run the two renderers as two commands. Results merge into
+``OUT/train_<steps>.json``; logs go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, environment, write_json
+
+from gsnb.train import TrainConfig, Trainer
+
+
+def gsplat_renderer(
+    means,
+    quats,
+    scales,
+    opacities,
+    colors,
+    viewmats,
+    Ks,
+    width,
+    height,
+    *,
+    sh_degree=None,
+    backgrounds=None,
+    absgrad=False,
+    **_: Any,
+) -> SimpleNamespace:
+    """``gsplat.rasterization`` behind gsnb's renderer interface (rgb, alpha, depth, meta)."""
+    import gsplat
+
+    cams = viewmats.shape[0]
+    bg = None if backgrounds is None else backgrounds.expand(cams, 3)
+    rgb, alpha, meta = gsplat.rasterization(
+        means,
+        quats,
+        scales,
+        opacities,
+        colors,
+        viewmats,
+        Ks,
+        width,
+        height,
+        sh_degree=sh_degree,
+        backgrounds=bg,
+        packed=False,
+        absgrad=absgrad,
+        rasterize_mode="classic",
+    )
+    radii = meta["radii"]
+    if radii.dim() == 2:  # gsplat before 1.5 returns one radius per splat
+        radii = radii[..., None].expand(*radii.shape, 2)
+    info = SimpleNamespace(
+        means2d=meta["means2d"], radii=radii, depths=meta["depths"], absgrad=None
+    )
+    return SimpleNamespace(rgb=rgb, alpha=alpha, depth=None, meta=info)
+
+
+def gsnb_renderer() -> Any:
+    """``gsnb.render`` on the CUDA backend, built (or taken from the cache) first."""
+    import functools
+
+    import gsnb
+    from gsnb.build import build
+
+    started = time.perf_counter()
+    build(progress=True)
+    print(f"gsnb rasterizer ready in {time.perf_counter() - started:.1f} s", flush=True)
+    return functools.partial(gsnb.render, backend="cuda", check_values=False, with_depth=False)
+
+
+def warm_up(renderer: Any) -> None:
+    """One tiny render and backward, so JIT compilation is not timed."""
+    means = torch.tensor([[0.0, 0.0, 2.0]], device="cuda", requires_grad=True)
+    out = renderer(
+        means,
+        torch.tensor([[1.0, 0, 0, 0]], device="cuda"),
+        torch.full((1, 3), 0.1, device="cuda"),
+        torch.tensor([0.9], device="cuda"),
+        torch.rand(1, 16, 3, device="cuda"),
+        torch.eye(4, device="cuda")[None],
+        torch.tensor([[[32.0, 0, 16], [0, 32, 16], [0, 0, 1]]], device="cuda"),
+        32,
+        32,
+        sh_degree=3,
+        backgrounds=None,
+        absgrad=False,
+    )
+    out.rgb.sum().backward()
+    torch.cuda.synchronize()
+
+
+def run_one(name: str, renderer: Any, data: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Train from scratch with ``renderer``; quality, time, memory and count."""
+    warm_up(renderer)
+    config = TrainConfig(steps=args.steps, seed=args.seed, device="cuda", downscale=args.downscale)
+    trainer = Trainer(data, config, renderer=renderer)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    print(f"[{name}] training {args.steps} steps: {trainer!r}", flush=True)
+    started = time.perf_counter()
+    trainer.run(progress=True)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    peak = torch.cuda.max_memory_allocated()
+    result = trainer.evaluate()
+    times = sorted(m.step_time for m in trainer.history)
+    run = {
+        "test_psnr": round(result.psnr, 3),
+        "test_ssim": round(result.ssim, 4),
+        "test_views": result.num_views,
+        "wall_s": round(seconds, 2),
+        "median_step_ms": round(1000 * times[len(times) // 2], 3),
+        "peak_memory_gib": round(peak / 2**30, 3),
+        "num_gaussians": trainer.num_gaussians,
+        "skipped_steps": trainer.skipped_steps,
+        "eval_s": round(result.seconds, 2),
+    }
+    print(f"[{name}] {json.dumps(run)}", flush=True)
+    del trainer
+    torch.cuda.empty_cache()
+    return run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--data",
+        default=str(REPO.parent / "shared" / "data" / "fox"),
+        help="the fox dataset folder (default ../shared/data/fox)",
+    )
+    parser.add_argument("--out", required=True, help="folder for train_<steps>.json")
+    parser.add_argument("--steps", type=int, default=7000, help="7000 (default) or 30000")
+    parser.add_argument("--downscale", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--renderers", default="gsnb,gsplat", help="comma list: gsnb, gsplat")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_train needs a CUDA GPU", file=sys.stderr)
+        return 1
+    from gsnb.data.dataset import load_dataset
+
+    started = time.perf_counter()
+    data = load_dataset(args.data, downscale=args.downscale, test_every=8)
+    print(f"data: {data!r} in {time.perf_counter() - started:.1f} s", flush=True)
+    makers = {"gsnb": gsnb_renderer, "gsplat": lambda: gsplat_renderer}
+    out = Path(args.out) / f"train_{args.steps}.json"
+    payload = json.loads(out.read_text()) if out.is_file() else {"runs": {}}
+    payload |= {
+        "benchmark": "bench_train",
+        "data": Path(args.data).name,
+        "downscale": args.downscale,
+        "image_size": [data.views[0].width, data.views[0].height],
+        "steps": args.steps,
+        "seed": args.seed,
+        "strategy": "default",
+    }
+    for name in args.renderers.split(","):
+        payload["runs"][name] = run_one(name, makers[name](), data, args) | {"env": environment()}
+        runs = payload["runs"]
+        if {"gsnb", "gsplat"} <= set(runs):
+            payload["gsnb_vs_gsplat"] = {
+                "psnr_db": round(runs["gsnb"]["test_psnr"] - runs["gsplat"]["test_psnr"], 3),
+                "wall_ratio": round(runs["gsnb"]["wall_s"] / runs["gsplat"]["wall_s"], 3),
+                "memory_ratio": round(
+                    runs["gsnb"]["peak_memory_gib"] / runs["gsplat"]["peak_memory_gib"], 3
+                ),
+            }
+        write_json(out, payload)
+    print(json.dumps(payload, indent=1))
+    print(f"wrote {out} in {time.perf_counter() - started:.0f} s total")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

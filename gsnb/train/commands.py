@@ -1,0 +1,351 @@
+"""``gsnb train`` (photos -> trained scene) and ``gsnb demo`` (a synthetic scene, no download).
+
+gsnb train DATA --out DIR [--steps N] [--downscale D] [--strategy default|mcmc] [--seed S]
+gsnb demo [--out DIR] [--steps N] [--size PX] [--views N] [--no-video]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gsnb.train.config import TrainConfig
+from gsnb.train.strategy import STRATEGIES, make_strategy
+from gsnb.train.trainer import Trainer
+from gsnb.utils.atomic import atomic_write
+
+PLY_NAME = "point_cloud.ply"
+VIDEO_NAME = "orbit.mp4"
+
+
+def _common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--strategy",
+        choices=sorted(STRATEGIES),
+        default="default",
+        help="densification: 'default' (3DGS clone/split/prune) or 'mcmc'",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where to train (default: cuda when available)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``gsnb train`` to ``parser``.
+
+    Example:
+        >>> p = argparse.ArgumentParser()
+        >>> train_arguments(p)
+        >>> a = p.parse_args(["data/fox", "--out", "runs/fox", "--steps", "7000"])
+        >>> a.steps, a.downscale, a.strategy
+        (7000, 1, 'default')
+    """
+    parser.add_argument("data", help="dataset folder: a COLMAP model or a transforms.json")
+    parser.add_argument("--out", required=True, help="folder for the checkpoint, PLY and metrics")
+    parser.add_argument("--steps", type=int, help="training steps (default 30000)")
+    parser.add_argument(
+        "--downscale",
+        type=int,
+        default=1,
+        help="divide image width and height by this integer (default 1)",
+    )
+    parser.add_argument(
+        "--test-every",
+        type=int,
+        default=8,
+        help="hold out every N-th view for evaluation (default 8; 0: none)",
+    )
+    parser.add_argument(
+        "--max-init-points",
+        type=int,
+        default=0,
+        help="start from at most this many of the dataset's points (default all)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="CHECKPOINT",
+        help="continue the run saved in CHECKPOINT with its settings (--steps may extend it)",
+    )
+    _common_arguments(parser)
+
+
+def train(args: argparse.Namespace) -> int:
+    """``gsnb train``: train on a dataset and report test PSNR/SSIM and where files went.
+
+    Returns the exit code: 0, 1 after an error (printed in one line), 130 when interrupted.
+    """
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if args.resume:
+            trainer = _resume(args, out)
+        else:
+            from gsnb.data.dataset import load_dataset
+
+            data = load_dataset(args.data, downscale=args.downscale, test_every=args.test_every)
+            config = TrainConfig(
+                data=str(Path(args.data).resolve()),
+                downscale=args.downscale,
+                test_every=args.test_every,
+                steps=args.steps,
+                seed=args.seed,
+                device=args.device,
+                max_init_points=args.max_init_points,
+                out_dir=str(out),
+            )
+            trainer = Trainer(data, config, strategy=args.strategy)
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"gsnb train: error: {err}", file=sys.stderr)
+        return 1
+    return _train_and_report(trainer, out, "gsnb train", progress=not args.no_progress)
+
+
+def _resume(args: argparse.Namespace, out: Path) -> Trainer:
+    from gsnb.data.dataset import load_dataset
+    from gsnb.train.checkpoint import read_checkpoint
+
+    saved = read_checkpoint(args.resume)["config"]
+    data = load_dataset(args.data, downscale=saved["downscale"], test_every=saved["test_every"])
+    device = None if args.device == "auto" else args.device
+    trainer = Trainer.resume_from(args.resume, data, device=device)
+    trainer.config.out_dir = str(out)
+    if args.steps:
+        trainer.config.steps = args.steps
+    return trainer
+
+
+def _train_and_report(trainer: Trainer, out: Path, name: str, progress: bool) -> int:
+    """Run to the end, then evaluate, write the files and print the summary."""
+    print(f"{name}: {trainer!r}")
+    print(f"  data: {trainer.dataset!r}")
+    start = time.perf_counter()
+    try:
+        trainer.run(progress=progress)
+    except KeyboardInterrupt:
+        path = trainer.default_checkpoint_path()
+        print(
+            f"{name}: interrupted after step {trainer.step_count}; checkpoint {path} "
+            f"(continue with --resume {path})",
+            file=sys.stderr,
+        )
+        return 130
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return 1
+    seconds = time.perf_counter() - start
+    try:
+        report = finish_run(trainer, out, seconds)
+    except (OSError, ValueError) as err:
+        print(f"{name}: error while writing results: {err}", file=sys.stderr)
+        return 1
+    print(summary_text(name, report))
+    return 0
+
+
+def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
+    """Evaluate, write checkpoint, PLY (when ``gsnb.export.ply`` exists) and metrics; the summary.
+
+    Example:
+        >>> # report = finish_run(trainer, Path("out"), seconds=12.5); report["files"]["checkpoint"]
+    """
+    report: dict[str, Any] = {
+        "steps": trainer.step_count,
+        "seconds": round(seconds, 3),
+        "num_gaussians": trainer.num_gaussians,
+        "strategy": trainer.strategy.name,
+        "device": str(trainer.device),
+        "skipped_steps": trainer.skipped_steps,
+        "files": {},
+    }
+    if trainer.dataset.test_ids:
+        result = trainer.evaluate()
+        report["test"] = {
+            "psnr": result.psnr,
+            "ssim": result.ssim,
+            "lpips": result.lpips,
+            "views": result.num_views,
+            "note": result.lpips_note,
+        }
+    files = report["files"]
+    files["checkpoint"] = str(trainer.save_checkpoint(out / "checkpoint.pt"))
+    if importlib.util.find_spec("gsnb.export.ply") is not None:
+        from gsnb.export.ply import write_ply
+
+        write_ply(out / PLY_NAME, trainer.model.splats)
+        files["ply"] = str(out / PLY_NAME)
+    with atomic_write(out / "metrics.jsonl", "w") as handle:
+        for metrics in trainer.history:
+            handle.write(json.dumps(metrics.to_dict()) + "\n")
+    files["metrics"] = str(out / "metrics.jsonl")
+    files["summary"] = str(out / "summary.json")
+    with atomic_write(out / "summary.json", "w") as handle:
+        json.dump(report, handle, indent=1)
+    return report
+
+
+def summary_text(name: str, report: dict[str, Any]) -> str:
+    """The closing lines of ``gsnb train`` and ``gsnb demo``.
+
+    Example:
+        >>> r = {"steps": 10, "seconds": 2.0, "num_gaussians": 99, "strategy": "default",
+        ...      "device": "cpu", "skipped_steps": 0, "files": {"checkpoint": "out/c.pt"}}
+        >>> print(summary_text("gsnb demo", r))
+        gsnb demo: 10 steps in 2.0 s (5.0 steps/s) on cpu, strategy default
+          Gaussians:  99
+          checkpoint: out/c.pt
+    """
+    steps, seconds = report["steps"], report["seconds"]
+    rate = steps / seconds if seconds > 0 else 0.0
+    lines = [
+        f"{name}: {steps} steps in {seconds:.1f} s ({rate:.1f} steps/s) on "
+        f"{report['device']}, strategy {report['strategy']}"
+    ]
+    if "test" in report:
+        t = report["test"]
+        text = f"  test:       PSNR {t['psnr']:.2f} dB, SSIM {t['ssim']:.4f} ({t['views']} views)"
+        text += f", LPIPS {t['lpips']:.4f}" if t["lpips"] is not None else f"; {t['note']}"
+        lines.append(text)
+    lines.append(f"  Gaussians:  {report['num_gaussians']}")
+    if report["skipped_steps"]:
+        lines.append(f"  skipped:    {report['skipped_steps']} steps with NaN/Inf gradients")
+    for label, path in report["files"].items():
+        lines.append(f"  {label + ':':<11} {path}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ demo
+def demo_settings(device: torch.device) -> dict[str, int]:
+    """Demo defaults: small and quick with the CPU reference renderer, larger on a GPU.
+
+    Example:
+        >>> demo_settings(torch.device("cpu"))["size"]
+        64
+    """
+    if device.type == "cuda":
+        return {"size": 256, "views": 48, "steps": 3000, "points": 5000, "frames": 120}
+    return {"size": 64, "views": 24, "steps": 600, "points": 1500, "frames": 48}
+
+
+def demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``gsnb demo`` to ``parser``.
+
+    Example:
+        >>> p = argparse.ArgumentParser()
+        >>> demo_arguments(p)
+        >>> p.parse_args(["--steps", "100"]).steps
+        100
+    """
+    parser.add_argument("--out", default="gsnb-demo", help="output folder (default ./gsnb-demo)")
+    parser.add_argument(
+        "--steps", type=int, help="training steps (default 600 on CPU, 3000 on GPU)"
+    )
+    parser.add_argument("--size", type=int, help="image size in pixels (default 64 CPU, 256 GPU)")
+    parser.add_argument("--views", type=int, help="number of cameras (default 24 CPU, 48 GPU)")
+    parser.add_argument("--no-video", action="store_true", help="skip the orbit video")
+    _common_arguments(parser)
+
+
+def demo_config(
+    steps: int, seed: int, device: str, out: Path
+) -> tuple[TrainConfig, dict[str, int]]:
+    """Settings for a short run: the 3DGS recipe with its schedule compressed to ``steps``.
+
+    Example:
+        >>> cfg, schedule = demo_config(600, 0, "cpu", Path("out"))
+        >>> cfg.sh_degree_interval, schedule["refine_start_iter"], schedule["refine_stop_iter"]
+        (200, 100, 450)
+    """
+    config = TrainConfig(
+        steps=steps,
+        seed=seed,
+        device=device,
+        sh_degree=1,
+        sh_degree_interval=max(1, steps // 3),
+        out_dir=str(out),
+    )
+    schedule = {
+        "refine_start_iter": steps // 6,
+        "refine_every": max(50, steps // 12),
+        "refine_stop_iter": steps * 3 // 4,
+    }
+    return config, schedule
+
+
+def demo(args: argparse.Namespace) -> int:
+    """``gsnb demo``: make the synthetic scene, train on it, write checkpoint, PLY and video.
+
+    Returns the exit code (0, 1 after an error, 130 when interrupted).
+    """
+    from gsnb.data.dataset import load_dataset
+    from gsnb.data.synthetic import make_synthetic_scene
+
+    out = Path(args.out)
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
+    preset = demo_settings(device)
+    size = args.size or preset["size"]
+    steps = args.steps or preset["steps"]
+    views = args.views or preset["views"]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"gsnb demo: ray tracing {views} views of {size}x{size} px into {out / 'scene'}")
+        root = make_synthetic_scene(
+            out / "scene", num_views=views, size=size, seed=args.seed, num_points=preset["points"]
+        )
+        data = load_dataset(root, test_every=8)
+        config, schedule = demo_config(steps, args.seed, str(device.type), out)
+        strategy = make_strategy(args.strategy, **_strategy_schedule(args.strategy, schedule))
+        trainer = Trainer(data, config, strategy=strategy)
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"gsnb demo: error: {err}", file=sys.stderr)
+        return 1
+    code = _train_and_report(trainer, out, "gsnb demo", progress=not args.no_progress)
+    if code != 0 or args.no_video:
+        return code
+    try:
+        path = demo_video(trainer, out, size, preset["frames"])
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"gsnb demo: the video failed: {err}", file=sys.stderr)
+        return 1
+    if path is not None:
+        print(f"  {'video:':<11} {path}")
+    return 0
+
+
+def _strategy_schedule(name: str, schedule: dict[str, int]) -> dict[str, int]:
+    if name == "mcmc":
+        return schedule
+    return schedule | {"reset_every": 10**9}  # too short a run to recover from a reset
+
+
+def demo_video(trainer: Trainer, out: Path, size: int, frames: int) -> Path | None:
+    """An orbit around the training cameras, rendered at ``size`` and lanczos-upscaled 4x.
+
+    Returns None when ``gsnb.export.video`` is not installed.
+    """
+    if importlib.util.find_spec("gsnb.export.commands") is None:
+        return None
+    from gsnb.export.commands import add_video_options, make_video
+
+    parser = argparse.ArgumentParser()
+    add_video_options(parser)
+    big = 4 * size
+    options = ["--size", f"{big}x{big}", "--render-size", f"{size}x{size}", "--frames", str(frames)]
+    video_args = parser.parse_args(options)
+    with torch.no_grad():
+        return make_video(trainer.model, out / VIDEO_NAME, video_args, data=trainer.dataset)

@@ -1,0 +1,139 @@
+"""``TrainConfig``: every setting of a training run, documented with its default and source."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from gsnb.train.knobs import check_fields, knob
+
+
+@dataclass
+class TrainConfig:
+    """Settings of a training run. Fields marked live can change while it runs (``Trainer.set``).
+
+    Defaults follow the original 3DGS paper and code (Kerbl et al. 2023,
+    ``graphdeco-inria/gaussian-splatting``) as gsplat's ``simple_trainer`` uses them.
+
+    Attributes:
+        data: dataset folder (COLMAP or transforms.json); recorded so that a
+            checkpoint can reload its data. Default None.
+        downscale: integer image downscale factor used to load ``data`` (default 1).
+        test_every: every ``test_every``-th view is held out for evaluation
+            (default 8, INRIA's convention; 0 trains on every view).
+        steps: length of the run in steps, one image per step (default 30000, INRIA).
+            The means' learning rate decays over this many steps. Live.
+        seed: seed of every random choice of the run (view order, splits,
+            noise, backgrounds); equal seeds give equal runs (default 0).
+        device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``.
+        backend: renderer backend for :func:`gsnb.render`: ``"auto"`` (CUDA when
+            built and on a GPU, else the reference), ``"cuda"`` or ``"reference"``.
+        sh_degree: highest spherical-harmonics degree of the colours (default 3, INRIA).
+        sh_degree_interval: the SH degree in use rises by one every this many
+            steps, up to ``sh_degree`` (default 1000, INRIA). Live.
+        init_opacity: opacity of the initial Gaussians; None takes the strategy's
+            choice (0.1 for the default strategy as INRIA, 0.5 for MCMC as its paper).
+        init_scale: factor on the kNN distance that sizes the initial Gaussians;
+            None takes the strategy's choice (1.0 default strategy, 0.1 MCMC).
+        max_init_points: keep at most this many initial points, chosen at random
+            with the run's seed (default 0: all).
+        lr_means: Adam learning rate of the means at step 0, multiplied by the
+            scene extent (default 1.6e-4, INRIA). Live.
+        lr_means_final: factor the means' learning rate decays to, exponentially,
+            by the last step (default 0.01, INRIA: 1.6e-4 to 1.6e-6). Live.
+        lr_scales: Adam learning rate of the log-scales (default 5e-3, INRIA). Live.
+        lr_quats: Adam learning rate of the quaternions (default 1e-3, INRIA). Live.
+        lr_opacities: Adam learning rate of the opacity logits (default 5e-2, INRIA). Live.
+        lr_sh0: Adam learning rate of the degree-0 SH coefficients (default 2.5e-3, INRIA). Live.
+        lr_shN: Adam learning rate of the higher SH coefficients (default 2.5e-3 / 20,
+            INRIA). Live.
+        ssim_lambda: weight of the SSIM term in the loss
+            ``(1 - lambda) * L1 + lambda * (1 - SSIM)`` (default 0.2, INRIA). Live.
+        random_background: render each step over a random background colour so
+            that transparency cannot hide behind a fixed colour (default False,
+            INRIA and gsplat option). Live.
+        aniso_reg: weight of the anisotropy regulariser, the mean over Gaussians
+            of ``max(max_scale / min_scale, aniso_max_ratio) - aniso_max_ratio``
+            (default 0: off; PhysGaussian, Xie et al. 2024, uses 1). Live.
+        aniso_max_ratio: axis ratio the anisotropy regulariser tolerates for free
+            (default 10, PhysGaussian). Live.
+        big_scale_reg: weight of the large-scale regulariser, the mean over
+            Gaussians of ``relu(max_scale / extent - big_scale_limit)`` (default 0: off). Live.
+        big_scale_limit: largest scale, as a fraction of the scene extent, that the
+            large-scale regulariser tolerates (default 0.1, the default strategy's
+            prune threshold ``prune_scale3d``). Live.
+        scale_grad_clip: clip the norm of the log-scales' gradient to this value
+            before the optimizer step (default 0: no clipping). Live.
+        skip_nonfinite: skip the optimizer step, and count it, when the loss or a
+            gradient is NaN or Inf, instead of corrupting the model (default True). Live.
+        warn_scale: warn when the largest Gaussian exceeds this many scene extents,
+            the sign of exploding scales (default 10). Live.
+        eval_every: evaluate on the test views every this many steps (default 0:
+            only when asked). Live.
+        checkpoint_every: write ``out_dir/checkpoint.pt`` every this many steps
+            (default 0: only when training stops, is interrupted or finishes). Live.
+        out_dir: folder for checkpoints; None writes none automatically.
+    """
+
+    data: str | None = None
+    downscale: int = knob(1, low=1, live=False)
+    test_every: int = knob(8, low=0, live=False)
+    steps: int = knob(30_000, low=1)
+    seed: int = knob(0, live=False)
+    device: str = knob("auto", choices=("auto", "cpu", "cuda"), live=False)
+    backend: str = knob("auto", choices=("auto", "cuda", "reference"), live=False)
+    sh_degree: int = knob(3, low=0, high=3, live=False)
+    sh_degree_interval: int = knob(1000, low=1)
+    init_opacity: float | None = None
+    init_scale: float | None = None
+    max_init_points: int = knob(0, low=0, live=False)
+    lr_means: float = knob(1.6e-4, low=0.0, high=1.0, log=True)
+    lr_means_final: float = knob(0.01, low=1e-6, high=1.0, log=True)
+    lr_scales: float = knob(5e-3, low=0.0, high=1.0, log=True)
+    lr_quats: float = knob(1e-3, low=0.0, high=1.0, log=True)
+    lr_opacities: float = knob(5e-2, low=0.0, high=1.0, log=True)
+    lr_sh0: float = knob(2.5e-3, low=0.0, high=1.0, log=True)
+    lr_shN: float = knob(2.5e-3 / 20, low=0.0, high=1.0, log=True)
+    ssim_lambda: float = knob(0.2, low=0.0, high=1.0)
+    random_background: bool = knob(False)
+    aniso_reg: float = knob(0.0, low=0.0, high=100.0)
+    aniso_max_ratio: float = knob(10.0, low=1.0, high=1e4, log=True)
+    big_scale_reg: float = knob(0.0, low=0.0, high=100.0)
+    big_scale_limit: float = knob(0.1, low=1e-4, high=100.0, log=True)
+    scale_grad_clip: float = knob(0.0, low=0.0)
+    skip_nonfinite: bool = knob(True)
+    warn_scale: float = knob(10.0, low=0.0)
+    eval_every: int = knob(0, low=0)
+    checkpoint_every: int = knob(0, low=0)
+    out_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.init_scale is not None and not self.init_scale > 0:
+            raise ValueError(f"init_scale must be positive, got {self.init_scale!r}")
+        if self.init_opacity is not None and not 0.0 < self.init_opacity < 1.0:
+            raise ValueError(f"init_opacity must lie in (0, 1), got {self.init_opacity!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only, for checkpoints and JSON.
+
+        Example:
+            >>> TrainConfig(steps=10).to_dict()["steps"]
+            10
+        """
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``.
+
+        Example:
+            >>> TrainConfig.from_dict({"steps": 5}).steps
+            5
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig settings {unknown}; valid: {sorted(names)}")
+        return cls(**values)

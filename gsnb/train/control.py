@@ -1,0 +1,194 @@
+"""Running a trainer: in this thread (``run``) or in a background thread (``start``).
+
+:class:`TrainingControl` holds the run loop, pause/resume/stop and the automatic
+checkpoint when training stops; :class:`~gsnb.train.trainer.Trainer` inherits it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from gsnb.train.interrupts import InterruptGuard
+
+if TYPE_CHECKING:
+    from gsnb.train.metrics import StepMetrics
+
+
+class CheckpointWarning(UserWarning):
+    """An automatic checkpoint could not be written; training went on."""
+
+
+class TrainingControl:
+    """Run, start, pause, resume, stop and wait: the loop around ``Trainer.step``.
+
+    Every method may be called from any thread. The state the loop needs
+    (``_lock``, ``_pause``, ``_stop``, ``_thread``, ``_status``, ``_guard``) is
+    made by :meth:`_init_control`.
+
+    Example:
+        >>> # trainer.start(); trainer.pause(); trainer.set(lr_means=1e-4); trainer.resume()
+        >>> # trainer.stop()   # waits for the thread; writes out_dir/checkpoint.pt
+    """
+
+    def _init_control(self) -> None:
+        self._lock = threading.RLock()
+        self._pause = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._status = "idle"
+        self._guard: InterruptGuard | None = None
+
+    @contextlib.contextmanager
+    def _guarded(self, guard: InterruptGuard) -> Iterator[InterruptGuard]:
+        self._guard = guard
+        try:
+            yield guard
+        finally:
+            self._guard = None
+
+    @property
+    def status(self) -> str:
+        """One of ``idle``, ``running``, ``paused``, ``stopped``, ``finished``, ``failed``."""
+        return self._status
+
+    @property
+    def running(self) -> bool:
+        """Whether a background thread is training."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _target(self, steps: int | None) -> Callable[[], int]:
+        if steps is None:
+            return lambda: self.config.steps
+        end = self._step + int(steps)
+        return lambda: end
+
+    def run(self, steps: int | None = None, progress: bool = False) -> StepMetrics | None:
+        """Train in this thread for ``steps`` more steps (default: until ``config.steps``).
+
+        Returns the last step's metrics. Ctrl-C stops at the next step boundary,
+        writes ``out_dir/checkpoint.pt`` when ``config.out_dir`` is set, then
+        raises ``KeyboardInterrupt``; :meth:`stop` from another thread ends it too.
+        """
+        if self.running:
+            raise RuntimeError("training already runs in the background; call stop() first")
+        self._stop.clear()
+        end = self._target(steps)
+        bar = _progress_bar(self._step, end()) if progress else None
+        guard = InterruptGuard(graceful=True)
+        last = None
+        self._status = "running"
+        try:
+            with guard.installed(), self._guarded(guard):
+                while self._step < end() and not self._stop.is_set() and not guard.requested:
+                    last = self._step_locked(gated=False)
+                    assert last is not None
+                    self._after_step(last)
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix(
+                            loss=f"{last.loss:.4f}",
+                            psnr=f"{last.psnr:.2f}",
+                            gaussians=last.num_gaussians,
+                        )
+        except KeyboardInterrupt:
+            self._finish("stopped")
+            raise
+        except BaseException:
+            self._status = "failed"
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        if guard.requested:
+            self._finish("stopped")
+            raise KeyboardInterrupt(f"training interrupted after step {self._step}")
+        self._finish("stopped" if self._stop.is_set() else "finished")
+        return last
+
+    def start(self, steps: int | None = None) -> None:
+        """Train in a background thread (``steps`` more, default until ``config.steps``)."""
+        if self.running:
+            raise RuntimeError("training already runs in the background")
+        self._stop.clear()
+        self._pause.clear()
+        self.error = None
+        end = self._target(steps)
+        self._status = "running"
+        self._thread = threading.Thread(
+            target=self._loop, args=(end,), name="gsnb-trainer", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self, end: Callable[[], int]) -> None:
+        try:
+            while not self._stop.is_set() and self._step < end():
+                if self._pause.is_set():
+                    self._status = "paused"
+                    time.sleep(0.02)
+                    continue
+                metrics = self._step_locked(gated=True)
+                if metrics is not None:
+                    self._status = "running"
+                    self._after_step(metrics)
+        except BaseException as err:
+            self.error = err
+            self._status = "failed"
+            warnings.warn(
+                f"training stopped by an error at step {self._step}: {err!r}", stacklevel=1
+            )
+            return
+        self._finish("stopped" if self._stop.is_set() else "finished")
+
+    def pause(self) -> None:
+        """Pause the background loop; returns once the current step has finished."""
+        self._pause.set()
+        with self._lock:
+            if self.running:
+                self._status = "paused"
+
+    def resume(self) -> None:
+        """Continue after :meth:`pause`."""
+        self._pause.clear()
+        if self.running:
+            self._status = "running"
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop training at the next step boundary and wait for the background thread to end.
+
+        With ``config.out_dir`` set, a checkpoint is written there first.
+        """
+        self._stop.set()
+        self._pause.clear()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the background thread to end; re-raises its error, if any."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self.error is not None:
+            raise RuntimeError(f"training failed at step {self._step}") from self.error
+
+    def _finish(self, status: str) -> None:
+        self._status = status
+        self._autosave()
+
+    def _autosave(self) -> None:
+        if self.config.out_dir is None:
+            return
+        try:
+            self.save_checkpoint()
+        except OSError as err:
+            warnings.warn(str(err), CheckpointWarning, stacklevel=2)
+
+
+def _progress_bar(done: int, total: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc="training", unit="step", dynamic_ncols=True)

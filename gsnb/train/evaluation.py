@@ -1,0 +1,106 @@
+"""Evaluation on held-out views: PSNR, SSIM, and LPIPS when its weights are on disk."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from gsnb.train.losses import psnr, ssim
+
+# torchvision's AlexNet checkpoint, which the `lpips` package loads for net="alex".
+_ALEXNET_FILE = "alexnet-owt-7be5be79.pth"
+
+
+@dataclass
+class EvalResult:
+    """Image quality on a set of views (means over views).
+
+    Attributes:
+        step: training steps done when measured.
+        psnr: mean PSNR in dB.
+        ssim: mean SSIM (11x11 Gaussian window, valid region).
+        lpips: mean LPIPS (AlexNet), or None when unavailable.
+        lpips_note: why LPIPS is missing, or "".
+        num_views: how many views were rendered.
+        per_view: ``[(name, psnr, ssim), ...]``.
+        seconds: time the evaluation took.
+
+    Example:
+        >>> EvalResult(step=0, psnr=30.0, ssim=0.9).summary()
+        'step 0: PSNR 30.00 dB, SSIM 0.9000 over 0 views'
+    """
+
+    step: int
+    psnr: float
+    ssim: float
+    lpips: float | None = None
+    lpips_note: str = ""
+    num_views: int = 0
+    per_view: list[tuple[str, float, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """One line for logs."""
+        text = f"step {self.step}: PSNR {self.psnr:.2f} dB, SSIM {self.ssim:.4f}"
+        if self.lpips is not None:
+            text += f", LPIPS {self.lpips:.4f}"
+        return text + f" over {self.num_views} views"
+
+
+@functools.lru_cache(maxsize=1)
+def lpips_status() -> tuple[bool, str]:
+    """Whether LPIPS can run offline (the ``lpips`` package and AlexNet weights on disk).
+
+    Nothing is ever downloaded. Returns ``(available, reason when not)``.
+
+    Example:
+        >>> ok, why = lpips_status()
+        >>> isinstance(ok, bool) and (ok or len(why) > 0)
+        True
+    """
+    try:
+        import lpips  # noqa: F401
+    except ImportError:
+        return False, "LPIPS skipped: the `lpips` package is not installed (pip install lpips)"
+    weights = Path(torch.hub.get_dir()) / "checkpoints" / _ALEXNET_FILE
+    if not weights.is_file():
+        return (
+            False,
+            f"LPIPS skipped: AlexNet weights are not on disk ({weights}); gsnb never downloads",
+        )
+    return True, ""
+
+
+@functools.lru_cache(maxsize=2)
+def _lpips_net(device: str) -> Callable[[Tensor, Tensor], Tensor]:
+    import lpips
+
+    net = lpips.LPIPS(net="alex", verbose=False).to(device).eval()
+    return lambda a, b: net(a, b, normalize=True)
+
+
+@torch.no_grad()
+def image_metrics(
+    render: Tensor, target: Tensor, with_lpips: bool
+) -> tuple[float, float, float | None]:
+    """PSNR, SSIM and (optionally) LPIPS of one ``[H, W, 3]`` render against its target.
+
+    Example:
+        >>> import torch
+        >>> a = torch.rand(16, 16, 3)
+        >>> p, s, l = image_metrics(a, a.clone(), with_lpips=False)
+        >>> p > 100, round(s, 4), l
+        (True, 1.0, None)
+    """
+    render = render.clamp(0.0, 1.0)
+    values = torch.stack([psnr(render, target), ssim(render[None], target[None])]).tolist()
+    lp = None
+    if with_lpips:
+        nchw = [x.permute(2, 0, 1)[None] for x in (render, target)]
+        lp = float(_lpips_net(str(render.device))(*nchw).item())
+    return values[0], values[1], lp

@@ -1,0 +1,112 @@
+"""Photometric losses and image metrics in plain PyTorch: L1, SSIM, PSNR and the 3DGS loss."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+SSIM_C1 = 0.01**2
+SSIM_C2 = 0.03**2
+
+
+def _gaussian_kernel(size: int, sigma: float, like: Tensor) -> Tensor:
+    x = torch.arange(size, dtype=like.dtype, device=like.device) - (size - 1) / 2.0
+    g = torch.exp(-(x * x) / (2.0 * sigma * sigma))
+    return g / g.sum()
+
+
+def _to_nchw(img: Tensor) -> Tensor:
+    if img.dim() < 3 or img.shape[-1] != 3:
+        raise ValueError(f"image has shape {list(img.shape)}; expected [..., H, W, 3]")
+    return img.reshape(-1, *img.shape[-3:]).permute(0, 3, 1, 2)
+
+
+def ssim(
+    img1: Tensor,
+    img2: Tensor,
+    *,
+    window_size: int = 11,
+    sigma: float = 1.5,
+    padding: str = "valid",
+    reduce: bool = True,
+) -> Tensor:
+    """Structural similarity (Wang et al. 2004) with an 11x11 Gaussian window, sigma 1.5.
+
+    Args:
+        img1, img2: ``[..., H, W, 3]`` images in [0, 1] (data range 1).
+        window_size, sigma: the Gaussian window.
+        padding: ``"valid"`` averages only where the window fits inside the image
+            (as gsplat's training loss and torchmetrics do); ``"same"`` zero-pads
+            as the original 3DGS code does. Images smaller than the window always
+            use ``"same"``.
+        reduce: return the mean (a scalar); else the per-image means ``[B]``.
+
+    Returns:
+        SSIM in [-1, 1]; 1 for identical images.
+
+    Example:
+        >>> import torch
+        >>> a = torch.rand(1, 32, 32, 3)
+        >>> round(ssim(a, a).item(), 4)
+        1.0
+    """
+    if img1.shape != img2.shape:
+        raise ValueError(f"ssim needs equal shapes, got {list(img1.shape)} and {list(img2.shape)}")
+    if padding not in ("valid", "same"):
+        raise ValueError(f"padding must be 'valid' or 'same', got {padding!r}")
+    x, y = _to_nchw(img1), _to_nchw(img2)
+    h, w = x.shape[-2:]
+    pad = 0 if padding == "valid" and min(h, w) >= window_size else window_size // 2
+    g = _gaussian_kernel(window_size, sigma, x)
+    # The five local moments in one separable depthwise convolution.
+    stack = torch.cat([x, y, x * x, y * y, x * y], dim=1)
+    ch = stack.shape[1]
+    kx = g.view(1, 1, 1, -1).expand(ch, 1, 1, window_size)
+    ky = g.view(1, 1, -1, 1).expand(ch, 1, window_size, 1)
+    blurred = F.conv2d(
+        F.conv2d(stack, kx, padding=(0, pad), groups=ch), ky, padding=(pad, 0), groups=ch
+    )
+    mu1, mu2, e11, e22, e12 = blurred.split(3, dim=1)
+    mu11, mu22, mu12 = mu1 * mu1, mu2 * mu2, mu1 * mu2
+    s11, s22, s12 = e11 - mu11, e22 - mu22, e12 - mu12
+    num = (2.0 * mu12 + SSIM_C1) * (2.0 * s12 + SSIM_C2)
+    den = (mu11 + mu22 + SSIM_C1) * (s11 + s22 + SSIM_C2)
+    ssim_map = num / den
+    return ssim_map.mean() if reduce else ssim_map.flatten(1).mean(1)
+
+
+def psnr(img1: Tensor, img2: Tensor) -> Tensor:
+    """Peak signal-to-noise ratio in dB for images in [0, 1]: ``-10 log10(MSE)``.
+
+    Example:
+        >>> import torch
+        >>> round(psnr(torch.zeros(4, 4, 3), torch.full((4, 4, 3), 0.1)).item(), 2)
+        20.0
+    """
+    mse = F.mse_loss(img1, img2)
+    return -10.0 * torch.log10(mse.clamp_min(1e-20))
+
+
+def photometric_loss(
+    render: Tensor, target: Tensor, ssim_lambda: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The 3DGS loss ``(1 - lambda) * L1 + lambda * (1 - SSIM)``.
+
+    Args:
+        render, target: ``[..., H, W, 3]`` images.
+        ssim_lambda: weight of the SSIM term (0.2 in 3DGS).
+
+    Returns:
+        ``(loss, l1, ssim)`` scalars.
+
+    Example:
+        >>> import torch
+        >>> a = torch.rand(1, 16, 16, 3)
+        >>> [round(v.item(), 4) for v in photometric_loss(a, a, 0.2)]
+        [0.0, 0.0, 1.0]
+    """
+    l1 = (render - target).abs().mean()
+    with torch.set_grad_enabled(torch.is_grad_enabled() and ssim_lambda != 0.0):
+        s = ssim(render, target)
+    return (1.0 - ssim_lambda) * l1 + ssim_lambda * (1.0 - s), l1, s

@@ -1,0 +1,67 @@
+"""What every densification strategy provides to the trainer."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import MutableMapping
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from gsnb.train.knobs import check_fields
+
+
+class Strategy:
+    """Base of the densification strategies (dataclasses whose fields are live knobs).
+
+    A strategy keeps no tensors itself: its running state is the plain dict
+    :meth:`initialize_state` returns, which the trainer stores in checkpoints.
+    After each optimizer step the trainer calls :meth:`step_post_backward` with
+    ``info`` holding the render's ``means2d`` (its ``.grad`` filled), ``radii
+    [C, N, 2]``, ``absgrad`` (or None), ``width``, ``height`` and ``n_cameras``.
+
+    Example:
+        >>> from gsnb.train.strategy import DefaultStrategy
+        >>> DefaultStrategy().name, DefaultStrategy.init_opacity
+        ('default', 0.1)
+    """
+
+    name: ClassVar[str] = "base"
+    init_opacity: ClassVar[float] = 0.1
+    init_scale: ClassVar[float] = 1.0
+    absgrad: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self, "strategy")
+
+    def initialize_state(self, scene_scale: float) -> dict[str, Any]:
+        """The running state at step 0 for a scene of radius ``scene_scale``."""
+        return {"scene_scale": float(scene_scale)}
+
+    def step_post_backward(
+        self,
+        params: MutableMapping[str, nn.Parameter],
+        optimizer: torch.optim.Optimizer,
+        state: dict[str, Any],
+        step: int,
+        info: dict[str, Any],
+        lr_means: float,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, int]:
+        """Densify, prune or move Gaussians after step ``step`` (0-based); returns what changed."""
+        raise NotImplementedError
+
+    def regularization(self, params: MutableMapping[str, nn.Parameter]) -> Tensor | None:
+        """A loss term this strategy adds (None: none)."""
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The strategy's name and settings, plain types only.
+
+        Example:
+            >>> from gsnb.train.strategy import MCMCStrategy
+            >>> MCMCStrategy(cap_max=1000).to_dict()["cap_max"]
+            1000
+        """
+        return {"name": self.name, **dataclasses.asdict(self)}  # type: ignore[call-overload]

@@ -1,0 +1,164 @@
+"""``DefaultStrategy``: the adaptive density control of the original 3DGS paper."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from gsnb.train.knobs import knob
+from gsnb.train.strategy import ops
+from gsnb.train.strategy.base import Strategy
+
+
+@dataclass
+class DefaultStrategy(Strategy):
+    """Clone, split, prune and opacity reset (Kerbl et al. 2023), with gsplat's defaults.
+
+    Every step it accumulates, per Gaussian, the norm of the screen-space
+    gradient of its centre, normalised to image size as gsplat does (x times
+    W/2, y times H/2), and counts the views that saw it. Every ``refine_every``
+    steps between ``refine_start_iter`` and ``refine_stop_iter`` a Gaussian
+    whose mean gradient exceeds ``grow_grad2d`` is cloned when small (largest
+    scale at most ``grow_scale3d`` x extent) and split in two when large; then
+    Gaussians with opacity below ``prune_opa`` are pruned, and after the first
+    opacity reset also those larger than ``prune_scale3d`` x extent. Every
+    ``reset_every`` steps all opacities are clamped to ``2 * prune_opa``.
+
+    Attributes:
+        prune_opa: prune Gaussians with opacity below this (default 0.005, 3DGS).
+        grow_grad2d: densify Gaussians whose mean normalised screen-space gradient
+            exceeds this (default 2e-4, 3DGS; about 8e-4 suits absgrad).
+        grow_scale3d: a densified Gaussian is cloned when its largest scale is at
+            most this fraction of the scene extent, else split (default 0.01, 3DGS).
+        prune_scale3d: after the first opacity reset, prune Gaussians larger than
+            this fraction of the scene extent (default 0.1, 3DGS).
+        refine_start_iter: first step that may densify (default 500, 3DGS).
+        refine_stop_iter: no densification, pruning or reset from this step on
+            (default 15000, 3DGS).
+        refine_every: densify and prune every this many steps (default 100, 3DGS).
+        reset_every: clamp opacities every this many steps (default 3000, 3DGS).
+        absgrad: accumulate the sum of absolute per-pixel gradients instead
+            (AbsGS, Ye et al. 2024; raise ``grow_grad2d`` to about 8e-4) (default False).
+        revised_opacity: give split children ``1 - sqrt(1 - opacity)`` so the pair
+            keeps the parent's opacity (Bulò et al. 2024) (default False).
+
+    Example:
+        >>> from gsnb.train.strategy import DefaultStrategy
+        >>> s = DefaultStrategy(grow_grad2d=3e-4)
+        >>> s.initialize_state(scene_scale=2.0)
+        {'scene_scale': 2.0, 'grad2d': None, 'count': None}
+    """
+
+    name: ClassVar[str] = "default"
+    init_opacity: ClassVar[float] = 0.1
+    init_scale: ClassVar[float] = 1.0
+
+    prune_opa: float = knob(0.005, low=0.0, high=1.0, log=True)
+    grow_grad2d: float = knob(2e-4, low=0.0, high=1.0, log=True)
+    grow_scale3d: float = knob(0.01, low=0.0, high=10.0, log=True)
+    prune_scale3d: float = knob(0.1, low=0.0, high=100.0, log=True)
+    refine_start_iter: int = knob(500, low=0)
+    refine_stop_iter: int = knob(15_000, low=0)
+    refine_every: int = knob(100, low=1)
+    reset_every: int = knob(3000, low=1)
+    absgrad: bool = knob(False)
+    revised_opacity: bool = knob(False)
+
+    def initialize_state(self, scene_scale: float) -> dict[str, Any]:
+        """``scene_scale`` and the running sums ``grad2d [N]``, ``count [N]`` (made lazily)."""
+        return {"scene_scale": float(scene_scale), "grad2d": None, "count": None}
+
+    def step_post_backward(
+        self,
+        params: MutableMapping[str, nn.Parameter],
+        optimizer: torch.optim.Optimizer,
+        state: dict[str, Any],
+        step: int,
+        info: dict[str, Any],
+        lr_means: float,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, int]:
+        """Accumulate gradients; clone, split and prune at refine steps; reset opacities."""
+        counts = {"cloned": 0, "split": 0, "pruned": 0, "reset": 0}
+        if step >= self.refine_stop_iter:
+            return counts
+        self.accumulate(params, state, info)
+        if step > self.refine_start_iter and step % self.refine_every == 0:
+            _running_sums(params, state)
+            counts["cloned"], counts["split"] = self.grow(params, optimizer, state, generator)
+            counts["pruned"] = self.prune(params, optimizer, state, step)
+            state["grad2d"].zero_()
+            state["count"].zero_()
+        if step > 0 and step % self.reset_every == 0:
+            ops.reset_opacity(params, optimizer, self.prune_opa * 2.0)
+            counts["reset"] = 1
+        return counts
+
+    @torch.no_grad()
+    def accumulate(
+        self, params: MutableMapping[str, nn.Parameter], state: dict, info: dict
+    ) -> None:
+        """Add this step's normalised screen-space gradient norms to ``grad2d`` (no host sync)."""
+        grads = info.get("absgrad") if self.absgrad else info["means2d"].grad
+        if grads is None:
+            if self.absgrad:
+                raise RuntimeError(
+                    "absgrad=True needs a renderer that fills meta.absgrad; this one does not"
+                )
+            return  # nothing was visible, so no Gaussian received a gradient
+        _running_sums(params, state)
+        cams = info["n_cameras"]
+        norm = grads.new_tensor([info["width"] / 2.0 * cams, info["height"] / 2.0 * cams])
+        visible = (info["radii"] > 0).all(-1)  # [C, N]
+        state["grad2d"] += torch.where(visible, (grads * norm).norm(dim=-1), 0.0).sum(0)
+        state["count"] += visible.sum(0).to(grads.dtype)
+
+    @torch.no_grad()
+    def grow(
+        self,
+        params: MutableMapping[str, nn.Parameter],
+        optimizer: torch.optim.Optimizer | None,
+        state: dict,
+        generator: torch.Generator | None = None,
+    ) -> tuple[int, int]:
+        """Clone small, split large Gaussians of high mean gradient; returns ``(cloned, split)``."""
+        grads = state["grad2d"] / state["count"].clamp_min(1)
+        high = grads > self.grow_grad2d
+        small = torch.exp(params["scales"]).amax(-1) <= self.grow_scale3d * state["scene_scale"]
+        clone = high & small
+        n_clone = ops.duplicate(params, optimizer, state, clone)
+        # Clones are appended and never split in the same round.
+        to_split = torch.cat([high & ~small, clone.new_zeros(n_clone)])
+        n_split = ops.split(
+            params, optimizer, state, to_split, generator, revised_opacity=self.revised_opacity
+        )
+        return n_clone, n_split
+
+    @torch.no_grad()
+    def prune(
+        self,
+        params: MutableMapping[str, nn.Parameter],
+        optimizer: torch.optim.Optimizer | None,
+        state: dict,
+        step: int,
+    ) -> int:
+        """Remove transparent (after the first reset also too large) Gaussians; returns how many."""
+        doomed = torch.sigmoid(params["opacities"]) < self.prune_opa
+        if step > self.reset_every:
+            too_big = (
+                torch.exp(params["scales"]).amax(-1) > self.prune_scale3d * state["scene_scale"]
+            )
+            doomed = doomed | too_big
+        return ops.remove(params, optimizer, state, doomed)
+
+
+def _running_sums(params: MutableMapping[str, nn.Parameter], state: dict) -> None:
+    """Create ``grad2d`` and ``count`` (zeros) when missing or not sized for the Gaussians."""
+    means = params["means"]
+    if state["grad2d"] is None or state["grad2d"].shape[0] != means.shape[0]:
+        state["grad2d"] = means.new_zeros(means.shape[0])
+        state["count"] = means.new_zeros(means.shape[0])

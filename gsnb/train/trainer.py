@@ -1,0 +1,685 @@
+"""``Trainer``: optimise Gaussians on posed photos, step by step, with live knobs."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+import gsnb
+from gsnb.model import GaussianModel
+from gsnb.render import RenderResult, render
+from gsnb.train import checkpoint as ckpt
+from gsnb.train import regularizers
+from gsnb.train.config import TrainConfig
+from gsnb.train.control import TrainingControl
+from gsnb.train.evaluation import EvalResult, image_metrics, lpips_status
+from gsnb.train.health import HEALTH_SIGNALS, HealthMonitor, health_signals
+from gsnb.train.interrupts import InterruptGuard
+from gsnb.train.knobs import Knob, check_value, describe_knobs
+from gsnb.train.losses import photometric_loss, psnr
+from gsnb.train.memory import check_gpu_memory
+from gsnb.train.metrics import StepMetrics
+from gsnb.train.optim import learning_rates, make_optimizer, set_learning_rates
+from gsnb.train.strategy import Strategy, make_strategy
+
+if TYPE_CHECKING:
+    from gsnb.data.dataset import SceneDataset, View
+
+Renderer = Callable[..., RenderResult]
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+class Trainer(TrainingControl):
+    """Train a :class:`~gsnb.model.GaussianModel` on a :class:`~gsnb.data.dataset.SceneDataset`.
+
+    One step renders one training view (in a shuffled order that repeats every
+    epoch), takes the loss ``(1 - lambda) * L1 + lambda * (1 - SSIM)`` plus any
+    regularisers, runs Adam and then the densification strategy. Everything
+    random draws from generators seeded by ``config.seed``, so equal seeds give
+    equal runs, and a run resumed from a checkpoint continues exactly.
+
+    Interactive use: :meth:`step`, :meth:`run`, :meth:`start` (a background
+    thread), :meth:`pause`, :meth:`resume`, :meth:`stop`, :meth:`set` (applied
+    at the next step), :meth:`knobs`, :meth:`on_step`, :meth:`on_eval`,
+    :meth:`evaluate`, :meth:`save_checkpoint` and :meth:`resume_from`. All of
+    them may be called from any thread; the model is consistent at every step
+    boundary.
+
+    Args:
+        dataset: the views, split and initial points.
+        config: settings (:class:`TrainConfig`); default settings when None.
+        strategy: a strategy object, or ``"default"`` / ``"mcmc"`` (default ``"default"``).
+        renderer: callable with :func:`gsnb.render`'s signature, returning an object
+            with ``rgb``, ``alpha``, ``depth`` and ``meta`` (``means2d``, ``radii [C, N, 2]``,
+            ``absgrad``); default ``gsnb.render`` with ``config.backend``.
+        model: start from these Gaussians instead of the dataset's points.
+
+    Example:
+        >>> import tempfile
+        >>> from gsnb.data.dataset import load_dataset
+        >>> from gsnb.data.synthetic import make_synthetic_scene
+        >>> from gsnb.train import Trainer, TrainConfig
+        >>> data = load_dataset(make_synthetic_scene(tempfile.mkdtemp(), num_views=4, size=24))
+        >>> trainer = Trainer(data, TrainConfig(steps=3, max_init_points=200))
+        >>> trainer.run().step
+        3
+    """
+
+    def __init__(
+        self,
+        dataset: SceneDataset,
+        config: TrainConfig | None = None,
+        *,
+        strategy: Strategy | str | None = None,
+        renderer: Renderer | None = None,
+        model: GaussianModel | None = None,
+    ) -> None:
+        self.config = config if config is not None else TrainConfig()
+        cfg = self.config
+        if cfg.data is None and getattr(dataset, "root", None) is not None:
+            cfg.data = str(dataset.root)
+        self.dataset = dataset
+        self.strategy = (
+            strategy if isinstance(strategy, Strategy) else make_strategy(strategy or "default")
+        )
+        self.device = _resolve_device(cfg.device)
+        self.renderer: Renderer = renderer or functools.partial(
+            render, backend=cfg.backend, check_values=False, with_depth=False
+        )
+        self.extent = float(dataset.extent)
+        if not math.isfinite(self.extent) or self.extent <= 0:
+            raise ValueError(f"dataset.extent must be a positive number, got {dataset.extent!r}")
+        self._train_views = list(dataset.train)
+        if not self._train_views:
+            raise ValueError(
+                "the dataset has no training views (zero images, or every view is held out); "
+                "check the image folder, or load it with a larger test_every"
+            )
+        self._gen = torch.Generator(self.device).manual_seed(cfg.seed)
+        self._order_gen = torch.Generator().manual_seed(cfg.seed)
+        self.model = (model if model is not None else self._initial_model()).to(self.device)
+        self._images = [self._load(v) for v in self._train_views]
+        self._test_images: list[Tensor] | None = None
+        self._cams = [self._camera(v) for v in self._train_views]
+        self._background = torch.tensor(dataset.background, dtype=torch.float32, device=self.device)
+        self.optimizer = make_optimizer(self.model.splats, learning_rates(cfg, 0, self.extent))
+        self.strategy_state: dict[str, Any] = self.strategy.initialize_state(self.extent)
+        self._step = 0
+        self._order = torch.empty(0, dtype=torch.long)
+        self._order_pos = 0
+        self.skipped_steps = 0
+        self.history: list[StepMetrics] = []
+        self.evals: list[EvalResult] = []
+        self.error: BaseException | None = None
+        self._health = HealthMonitor()
+        self._step_callbacks: list[Callable[[StepMetrics], Any]] = []
+        self._eval_callbacks: list[Callable[[EvalResult], Any]] = []
+        self._pending: dict[str, Any] = {}
+        self._pending_lock = threading.Lock()
+        self._init_control()
+        self._memory_checked_at = 0
+        self._check_memory()
+
+    def _check_memory(self) -> None:
+        self._memory_checked_at = self.num_gaussians
+        width = max(v.width for v in self._train_views)
+        height = max(v.height for v in self._train_views)
+        images = sum(image.numel() * image.element_size() for image in self._images)
+        check_gpu_memory(
+            self.num_gaussians, width, height, self.model.sh_degree, self.device, images
+        )
+
+    # ------------------------------------------------------------------ setup
+    def _initial_model(self) -> GaussianModel:
+        cfg, data = self.config, self.dataset
+        points = torch.as_tensor(data.points, dtype=torch.float32)
+        colors = torch.as_tensor(data.points_rgb, dtype=torch.float32)
+        if points.dim() != 2 or points.shape[-1] != 3 or points.shape[0] == 0:
+            raise ValueError(
+                f"the dataset's initial points have shape {list(points.shape)}; a non-empty "
+                "[P, 3] point cloud is needed (or pass model=)"
+            )
+        if not bool(torch.isfinite(points).all()):
+            bad = int((~torch.isfinite(points)).any(-1).sum())
+            raise ValueError(
+                f"{bad} of {points.shape[0]} initial points hold NaN or Inf; clean the point "
+                "cloud or delete it to start from random points"
+            )
+        if 0 < cfg.max_init_points < points.shape[0]:
+            keep = torch.randperm(points.shape[0], generator=self._order_gen)[: cfg.max_init_points]
+            keep = keep.sort().values
+            points, colors = points[keep], colors[keep]
+        init_opacity = (
+            cfg.init_opacity if cfg.init_opacity is not None else self.strategy.init_opacity
+        )
+        init_scale = cfg.init_scale if cfg.init_scale is not None else self.strategy.init_scale
+        return GaussianModel.from_points(
+            points,
+            colors,
+            sh_degree=cfg.sh_degree,
+            init_opacity=init_opacity,
+            init_scale=init_scale,
+        )
+
+    def _load(self, view: View) -> Tensor:
+        image = view.load_image()
+        if tuple(image.shape) != (view.height, view.width, 3):
+            raise ValueError(
+                f"image of view {view.name} has shape {list(image.shape)}; the view says "
+                f"[{view.height}, {view.width}, 3]"
+            )
+        return image.to(self.device, torch.float32)
+
+    def _camera(self, view: View) -> tuple[Tensor, Tensor]:
+        viewmat = torch.as_tensor(view.viewmat, dtype=torch.float32)
+        K = torch.as_tensor(view.K, dtype=torch.float32)
+        if not (bool(torch.isfinite(viewmat).all()) and bool(torch.isfinite(K).all())):
+            raise ValueError(
+                f"view {view.name} has a non-finite pose or intrinsics; fix its camera"
+            )
+        return viewmat[None].to(self.device), K[None].to(self.device)
+
+    # --------------------------------------------------------------- the step
+    @property
+    def step_count(self) -> int:
+        """Steps completed so far."""
+        return self._step
+
+    @property
+    def num_gaussians(self) -> int:
+        """Number of Gaussians now."""
+        return self.model.num_gaussians
+
+    @property
+    def sh_degree_now(self) -> int:
+        """The SH degree the next step uses."""
+        return min(self._step // self.config.sh_degree_interval, self.model.sh_degree)
+
+    def step(self) -> StepMetrics:
+        """Run one training step now and return its metrics.
+
+        Knobs queued by :meth:`set` are applied first. In the main thread a
+        Ctrl-C never leaves a half-applied step: it either abandons the step
+        before any parameter changed or is raised once the step is complete.
+        """
+        if self._guard is None and threading.current_thread() is threading.main_thread():
+            guard = InterruptGuard(graceful=False)
+            with guard.installed(), self._guarded(guard):
+                metrics = self._step_locked(gated=False)
+        else:
+            metrics = self._step_locked(gated=False)
+        assert metrics is not None
+        self._after_step(metrics)
+        return metrics
+
+    def _step_locked(self, gated: bool) -> StepMetrics | None:
+        with self._lock:
+            if gated and (self._pause.is_set() or self._stop.is_set()):
+                return None
+            self._apply_pending()
+            try:
+                return self._train_step()
+            except torch.cuda.OutOfMemoryError as err:
+                self.optimizer.zero_grad(set_to_none=True)
+                torch.cuda.empty_cache()
+                raise RuntimeError(
+                    f"the GPU ran out of memory at step {self._step} with {self.num_gaussians} "
+                    "Gaussians; the model is unchanged. Train at a larger --downscale, or cap the "
+                    "Gaussians (MCMC cap_max, or a higher grow_grad2d)"
+                ) from err
+
+    def _next_view(self) -> int:
+        if self._order_pos >= len(self._order):
+            self._order = torch.randperm(len(self._train_views), generator=self._order_gen)
+            self._order_pos = 0
+        idx = int(self._order[self._order_pos])
+        self._order_pos += 1
+        return idx
+
+    def _regularization(self) -> Tensor | None:
+        cfg, splats = self.config, self.model.splats
+        terms = []
+        extra = self.strategy.regularization(splats)
+        if extra is not None:
+            terms.append(extra)
+        if cfg.aniso_reg > 0:
+            terms.append(
+                cfg.aniso_reg * regularizers.anisotropy(splats["scales"], cfg.aniso_max_ratio)
+            )
+        if cfg.big_scale_reg > 0:
+            term = regularizers.big_scale(splats["scales"], self.extent, cfg.big_scale_limit)
+            terms.append(cfg.big_scale_reg * term)
+        return sum(terms) if terms else None  # type: ignore[return-value]
+
+    def _train_step(self) -> StepMetrics:
+        start = time.perf_counter()
+        cfg, step = self.config, self._step
+        rates = learning_rates(cfg, step, self.extent)
+        set_learning_rates(self.optimizer, rates)
+        idx = self._next_view()
+        target = self._images[idx]
+        height, width = target.shape[:2]
+        viewmat, K = self._cams[idx]
+        degree = self.sh_degree_now
+        if cfg.random_background:
+            bg = torch.rand(3, generator=self._gen, device=self.device)
+        else:
+            bg = self._background
+        self.optimizer.zero_grad(set_to_none=True)
+
+        out = self._render(viewmat, K, width, height, degree, bg, self.strategy.absgrad)
+        means2d = out.meta.means2d
+        if means2d.requires_grad:
+            means2d.retain_grad()
+        rgb = out.rgb[0]
+        loss, l1, ssim_value = photometric_loss(rgb, target, cfg.ssim_lambda)
+        extra = self._regularization()
+        if extra is not None:
+            loss = loss + extra
+        loss.backward()
+        params = list(self.model.splats.values())
+        if cfg.scale_grad_clip > 0 and self.model.splats["scales"].grad is not None:
+            torch.nn.utils.clip_grad_norm_([self.model.splats["scales"]], cfg.scale_grad_clip)
+        grads = [p.grad for p in params if p.grad is not None]
+        grad_norm = torch.stack([g.norm() for g in grads]).norm()
+        grads_finite = torch.stack([torch.isfinite(g).all() for g in grads]).all()
+        with torch.no_grad():
+            values = torch.stack(
+                [
+                    loss.detach(),
+                    l1.detach(),
+                    ssim_value.detach(),
+                    psnr(rgb.detach(), target),
+                    grad_norm,
+                    grads_finite.to(grad_norm.dtype),
+                ]
+            )
+            values = torch.cat([values, health_signals(self.model.splats, self.extent)])
+        names = ("loss", "l1", "ssim", "psnr", "grad_norm", "grads_finite", *HEALTH_SIGNALS)
+        host = dict(zip(names, values.tolist(), strict=True))  # the step's one host sync
+        ok = math.isfinite(host["loss"]) and host["grads_finite"] > 0.5
+        skipped = not ok and cfg.skip_nonfinite
+        events: dict[str, int] = {}
+        guard = self._guard
+        with guard.commit() if guard is not None else contextlib.nullcontext():
+            if not skipped:
+                self.optimizer.step()
+                info = {
+                    "means2d": means2d,
+                    "radii": out.meta.radii,
+                    "width": width,
+                    "height": height,
+                    "n_cameras": 1,
+                    "absgrad": _absgrad(out),
+                }
+                counts = self.strategy.step_post_backward(
+                    self.model.splats,
+                    self.optimizer,
+                    self.strategy_state,
+                    step,
+                    info,
+                    rates["means"],
+                    self._gen,
+                )
+                events = {k: v for k, v in counts.items() if v}
+            else:
+                self.skipped_steps += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            self._step += 1
+        if events and self.num_gaussians > 1.1 * self._memory_checked_at:
+            self._check_memory()
+        warns = self._health.check(self._step, host, cfg.warn_scale, cfg.skip_nonfinite)
+        gpu_mem = (
+            torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
+        )
+        return StepMetrics(
+            step=self._step,
+            loss=host["loss"],
+            l1=host["l1"],
+            ssim=host["ssim"],
+            psnr=host["psnr"],
+            num_gaussians=self.num_gaussians,
+            sh_degree=degree,
+            lr_means=rates["means"],
+            step_time=time.perf_counter() - start,
+            gpu_memory=gpu_mem,
+            grad_norm=host["grad_norm"],
+            scale_max=host["scale_max"],
+            scale_spread=host["scale_spread"],
+            anisotropy=host["anisotropy"],
+            anisotropy_max=host["anisotropy_max"],
+            mean_opacity=host["mean_opacity"],
+            skipped=skipped,
+            skipped_total=self.skipped_steps,
+            view=self._train_views[idx].name,
+            events=events,
+            warnings=warns,
+        )
+
+    def _after_step(self, metrics: StepMetrics) -> None:
+        self.history.append(metrics)
+        cfg = self.config
+        for callback in list(self._step_callbacks):
+            self._call(callback, metrics)
+        if cfg.eval_every and metrics.step % cfg.eval_every == 0 and self.dataset.test_ids:
+            self.evaluate()
+        if cfg.checkpoint_every and metrics.step % cfg.checkpoint_every == 0:
+            self._autosave()
+
+    def _call(self, callback: Callable[[Any], Any], value: Any) -> None:
+        try:
+            callback(value)
+        except Exception as err:  # a broken plot must not stop training
+            warnings.warn(f"a trainer callback {callback!r} failed: {err!r}", stacklevel=3)
+
+    # -------------------------------------------------------------- knobs
+    def knobs(self) -> list[Knob]:
+        """The live knobs (training settings, then the strategy's): name, type, range, doc.
+
+        Example:
+            >>> # [k.name for k in trainer.knobs()][:2]  ->  ['steps', 'sh_degree_interval']
+        """
+        return describe_knobs(self.config, "train") + describe_knobs(self.strategy, "strategy")
+
+    def set(self, **knobs: Any) -> None:
+        """Queue knob changes; they apply at the start of the next step.
+
+        Raises ``ValueError`` at once for an unknown knob (listing the valid
+        ones) or a value of the wrong type or outside its range.
+
+        Example:
+            >>> # trainer.set(lr_scales=2e-3, grow_grad2d=3e-4)
+        """
+        table = {k.name: k for k in self.knobs()}
+        unknown = sorted(set(knobs) - set(table))
+        if unknown:
+            raise ValueError(f"unknown knob(s) {unknown}; the valid knobs are: {', '.join(table)}")
+        checked = {name: check_value(table[name], value) for name, value in knobs.items()}
+        with self._pending_lock:
+            self._pending.update(checked)
+
+    @property
+    def pending_knobs(self) -> dict[str, Any]:
+        """Knob changes queued for the next step."""
+        with self._pending_lock:
+            return dict(self._pending)
+
+    def _apply_pending(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        for name, value in pending.items():
+            owner = self.config if hasattr(self.config, name) else self.strategy
+            setattr(owner, name, value)
+
+    # ---------------------------------------------------------- callbacks
+    def on_step(self, callback: Callable[[StepMetrics], Any]) -> Callable[[], None]:
+        """Call ``callback(metrics)`` after every step; returns a function that removes it."""
+        self._step_callbacks.append(callback)
+        return lambda: self._step_callbacks.remove(callback)
+
+    def on_eval(self, callback: Callable[[EvalResult], Any]) -> Callable[[], None]:
+        """Call ``callback(result)`` after every evaluation; returns a function that removes it."""
+        self._eval_callbacks.append(callback)
+        return lambda: self._eval_callbacks.remove(callback)
+
+    # -------------------------------------------------------- evaluation
+    def _test_targets(self) -> list[Tensor]:
+        if self._test_images is None:
+            self._test_images = [self._load(v) for v in self.dataset.test]
+        return self._test_images
+
+    def _render(
+        self,
+        viewmat: Tensor,
+        K: Tensor,
+        width: int,
+        height: int,
+        degree: int,
+        background: Tensor,
+        absgrad: bool,
+    ) -> RenderResult:
+        a = self.model.activated()
+        return self.renderer(
+            a["means"], a["quats"], a["scales"], a["opacities"], a["colors"], viewmat, K,
+            width, height, sh_degree=degree, backgrounds=background, absgrad=absgrad,
+        )  # fmt: skip
+
+    @torch.no_grad()
+    def render_camera(
+        self, viewmat: Tensor, K: Tensor, width: int, height: int, sh_degree: int | None = None
+    ) -> RenderResult:
+        """Render the current Gaussians from a camera (``viewmat [4, 4]`` world-to-camera, ``K``).
+
+        Safe while training runs in the background (it waits for the step in
+        flight). The image is ``result.rgb[0]`` ``[height, width, 3]``.
+
+        Example:
+            >>> # image = trainer.render_camera(view.viewmat, view.K, 320, 240).rgb[0]
+        """
+        viewmat = torch.as_tensor(viewmat, dtype=torch.float32, device=self.device).reshape(1, 4, 4)
+        K = torch.as_tensor(K, dtype=torch.float32, device=self.device).reshape(1, 3, 3)
+        with self._lock:
+            degree = self.sh_degree_now if sh_degree is None else sh_degree
+            return self._render(viewmat, K, width, height, degree, self._background, False)
+
+    def render_view(self, view: View, sh_degree: int | None = None) -> RenderResult:
+        """Render the current Gaussians from ``view``'s camera (over the dataset background).
+
+        Example:
+            >>> # image = trainer.render_view(trainer.dataset.test[0]).rgb[0]   # [H, W, 3]
+        """
+        return self.render_camera(view.viewmat, view.K, view.width, view.height, sh_degree)
+
+    def evaluate(self, split: str = "test", max_views: int | None = None) -> EvalResult:
+        """PSNR, SSIM (and LPIPS when its weights are on disk) on the test or train views.
+
+        Example:
+            >>> # trainer.evaluate().summary()  ->  'step 7000: PSNR 27.31 dB, SSIM 0.8712 ...'
+        """
+        if split not in ("test", "train"):
+            raise ValueError(f"split must be 'test' or 'train', got {split!r}")
+        start = time.perf_counter()
+        with self._lock:
+            if split == "test":
+                views, targets = self.dataset.test, None
+                if not views:
+                    raise ValueError(
+                        "the dataset has no test views (loaded with test_every=0); "
+                        "use evaluate('train')"
+                    )
+                targets = self._test_targets()
+            else:
+                views, targets = self._train_views, self._images
+            count = len(views) if max_views is None else min(max_views, len(views))
+            with_lpips, note = lpips_status()
+            rows = []
+            lp_values = []
+            for view, target in zip(views[:count], targets[:count], strict=True):
+                rgb = self.render_view(view).rgb[0]
+                p, s, lp = image_metrics(rgb, target, with_lpips)
+                rows.append((view.name, p, s))
+                if lp is not None:
+                    lp_values.append(lp)
+            result = EvalResult(
+                step=self._step,
+                psnr=sum(r[1] for r in rows) / len(rows),
+                ssim=sum(r[2] for r in rows) / len(rows),
+                lpips=sum(lp_values) / len(lp_values) if lp_values else None,
+                lpips_note=note,
+                num_views=len(rows),
+                per_view=rows,
+                seconds=time.perf_counter() - start,
+            )
+            self.evals.append(result)
+        for callback in list(self._eval_callbacks):
+            self._call(callback, result)
+        return result
+
+    # -------------------------------------------------------- checkpoints
+    def default_checkpoint_path(self) -> Path | None:
+        """``out_dir/checkpoint.pt``, or None without an ``out_dir``."""
+        return None if self.config.out_dir is None else Path(self.config.out_dir) / CHECKPOINT_NAME
+
+    def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write the whole training state (model, Adam, strategy, step, config, RNGs) atomically.
+
+        ``path`` defaults to ``out_dir/checkpoint.pt``. If writing fails (full
+        disk, unwritable folder), the previous file is left intact and
+        ``OSError`` says why.
+        """
+        target = Path(path) if path is not None else self.default_checkpoint_path()
+        if target is None:
+            raise ValueError("no checkpoint path: pass one, or set config.out_dir")
+        with self._lock:
+            payload = {
+                "gsnb_version": gsnb.__version__,
+                "step": self._step,
+                "config": self.config.to_dict(),
+                "strategy": {
+                    "settings": self.strategy.to_dict(),
+                    "state": ckpt.to_cpu(self.strategy_state),
+                },
+                "splats": ckpt.to_cpu(dict(self.model.splats.items())),
+                "optimizer": ckpt.to_cpu(self.optimizer.state_dict()),
+                "rng": {
+                    "device": self._gen.get_state(),
+                    "device_type": self.device.type,
+                    "order": self._order_gen.get_state(),
+                },
+                "data_order": {
+                    "views": [v.name for v in self._train_views],
+                    "sizes": [[v.width, v.height] for v in self._train_views],
+                    "order": self._order.clone(),
+                    "pos": self._order_pos,
+                },
+                "skipped_steps": self.skipped_steps,
+                "pending_knobs": self.pending_knobs,
+            }
+        if target.parent != Path("") and not target.parent.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+        return ckpt.write_checkpoint(target, payload)
+
+    @classmethod
+    def resume_from(
+        cls,
+        path: str | os.PathLike[str],
+        dataset: SceneDataset | None = None,
+        *,
+        renderer: Renderer | None = None,
+        device: str | None = None,
+    ) -> Trainer:
+        """A trainer that continues exactly where the checkpoint at ``path`` left off.
+
+        ``dataset`` defaults to reloading ``config.data`` with the checkpoint's
+        ``downscale`` and ``test_every``.
+
+        Example:
+            >>> # trainer = Trainer.resume_from("out/checkpoint.pt"); trainer.run()
+        """
+        payload = ckpt.read_checkpoint(path)
+        try:
+            config = TrainConfig.from_dict(dict(payload["config"]))
+            settings = dict(payload["strategy"]["settings"])
+            strategy = make_strategy(settings.pop("name"), **settings)
+            model = GaussianModel(payload["splats"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ckpt.CheckpointError(
+                f"checkpoint {path} holds invalid settings or tensors: {err}"
+            ) from err
+        if device is not None:
+            config.device = device
+        if dataset is None:
+            if config.data is None:
+                raise ValueError(f"checkpoint {path} records no dataset path; pass dataset=")
+            from gsnb.data.dataset import load_dataset
+
+            dataset = load_dataset(
+                config.data, downscale=config.downscale, test_every=config.test_every
+            )
+        trainer = cls(dataset, config, strategy=strategy, renderer=renderer, model=model)
+        trainer._restore(payload, str(path))
+        return trainer
+
+    def _restore(self, payload: dict[str, Any], source: str) -> None:
+        order = payload["data_order"]
+        names = [v.name for v in self._train_views]
+        if list(order["views"]) != names:
+            raise ckpt.CheckpointError(
+                f"checkpoint {source} was trained on {len(order['views'])} views "
+                f"({', '.join(list(order['views'])[:3])}, ...) but this dataset's training views "
+                f"are {len(names)} ({', '.join(names[:3])}, ...); load the same data and split"
+            )
+        sizes = [[v.width, v.height] for v in self._train_views]
+        saved = [list(size) for size in order.get("sizes", sizes)]
+        if saved != sizes:
+            first = next(i for i, (a, b) in enumerate(zip(saved, sizes, strict=True)) if a != b)
+            raise ckpt.CheckpointError(
+                f"checkpoint {source} was trained on {names[first]} at "
+                f"{saved[first][0]}x{saved[first][1]} px but the dataset has it at "
+                f"{sizes[first][0]}x{sizes[first][1]}; load the data with the same downscale"
+            )
+        try:
+            self.optimizer.load_state_dict(payload["optimizer"])
+        except (KeyError, ValueError, TypeError) as err:
+            raise ckpt.CheckpointError(
+                f"checkpoint {source} has an unusable optimizer state: {err}"
+            ) from err
+        for group in self.optimizer.param_groups:
+            param = group["params"][0]
+            for key, value in self.optimizer.state.get(param, {}).items():
+                if key != "step" and isinstance(value, Tensor) and value.shape != param.shape:
+                    raise ckpt.CheckpointError(
+                        f"checkpoint {source}: Adam state {key} of {group['name']} has shape "
+                        f"{list(value.shape)} but the parameter has {list(param.shape)}"
+                    )
+        state = payload["strategy"]["state"]
+        self.strategy_state = {
+            k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in state.items()
+        }
+        self._step = int(payload["step"])
+        self._order = torch.as_tensor(order["order"], dtype=torch.long)
+        self._order_pos = int(order["pos"])
+        self._order_gen.set_state(payload["rng"]["order"])
+        if payload["rng"]["device_type"] == self.device.type:
+            self._gen.set_state(payload["rng"]["device"])
+        else:
+            warnings.warn(
+                f"checkpoint {source} comes from a {payload['rng']['device_type']} run; on "
+                f"{self.device.type} its random draws continue from a fresh seed",
+                stacklevel=3,
+            )
+        self.skipped_steps = int(payload.get("skipped_steps", 0))
+        pending = payload.get("pending_knobs") or {}
+        if pending:
+            self.set(**pending)
+
+    def __repr__(self) -> str:
+        return (
+            f"Trainer(step {self._step}/{self.config.steps}, {self.num_gaussians} Gaussians, "
+            f"strategy {self.strategy.name}, {self.device}, {self._status})"
+        )
+
+
+def _absgrad(out: RenderResult) -> Tensor | None:
+    meta = out.meta
+    found = getattr(meta, "absgrad", None)
+    return found if found is not None else getattr(meta.means2d, "absgrad", None)
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu' or 'auto'")
+    return torch.device(name)

@@ -1,0 +1,95 @@
+"""GaussianModel: initialisation from points, parameter layout, checkpoints."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from gsnb.model import GaussianModel, knn_distances
+from gsnb.render.sh import sh0_to_rgb
+
+
+def test_from_points_uses_knn_scales_and_inria_layout() -> None:
+    # a unit grid: every point's 3 nearest neighbours lie at distance 1
+    grid = torch.stack(torch.meshgrid(*[torch.arange(4.0)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    rgb = torch.rand(len(grid), 3)
+    model = GaussianModel.from_points(grid, rgb, sh_degree=2, init_opacity=0.3, init_scale=0.5)
+    s = model.splats
+    shapes = {k: tuple(v.shape) for k, v in s.items()}
+    assert shapes == {
+        "means": (64, 3), "quats": (64, 4), "scales": (64, 3), "opacities": (64,),
+        "sh0": (64, 1, 3), "shN": (64, 8, 3),
+    }  # fmt: skip
+    assert torch.allclose(s["scales"], torch.full((64, 3), math.log(0.5)))
+    assert torch.allclose(torch.sigmoid(s["opacities"]), torch.full((64,), 0.3))
+    assert torch.equal(s["quats"], torch.tensor([[1.0, 0, 0, 0]]).expand(64, 4))
+    assert torch.allclose(sh0_to_rgb(s["sh0"][:, 0]), rgb, atol=1e-6)
+    assert bool((s["shN"] == 0).all())
+    assert model.sh_degree == 2
+
+
+def test_knn_distances_is_the_rms_of_the_nearest() -> None:
+    pts = torch.tensor([[0.0, 0, 0], [1.0, 0, 0], [0.0, 2.0, 0], [10.0, 10, 10]])
+    d = knn_distances(pts, k=2)
+    assert d[0].item() == pytest.approx(math.sqrt((1 + 4) / 2))
+    assert knn_distances(pts[:1], k=3).tolist() == [1.0]
+
+
+def test_activated_ranges() -> None:
+    model = GaussianModel.from_points(torch.randn(20, 3), torch.rand(20, 3), sh_degree=1)
+    a = model.activated()
+    assert bool((a["scales"] > 0).all())
+    assert bool(((a["opacities"] > 0) & (a["opacities"] < 1)).all())
+    assert tuple(a["colors"].shape) == (20, 4, 3)
+
+
+@pytest.mark.parametrize(
+    ("points", "message"),
+    [
+        (torch.zeros(0, 3), "non-empty"),
+        (torch.zeros(5, 2), "expected a non-empty"),
+        (torch.tensor([[0.0, math.nan, 0.0]]), "NaN or Inf"),
+    ],
+)
+def test_from_points_rejects_bad_points(points: torch.Tensor, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GaussianModel.from_points(points, torch.zeros_like(points))
+
+
+def test_save_load_roundtrip(tmp_path: Path) -> None:
+    model = GaussianModel.from_points(torch.randn(7, 3), torch.rand(7, 3), sh_degree=3)
+    model.save(tmp_path / "m.pt")
+    back = GaussianModel.load(tmp_path / "m.pt")
+    for key, value in model.splats.items():
+        assert torch.equal(back.splats[key], value)
+    assert [p.name for p in tmp_path.iterdir()] == ["m.pt"]  # no temporary file left
+
+
+def test_load_gives_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        GaussianModel.load(tmp_path / "missing.pt")
+    model = GaussianModel.from_points(torch.randn(7, 3), torch.rand(7, 3))
+    model.save(tmp_path / "m.pt")
+    data = (tmp_path / "m.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        GaussianModel.load(tmp_path / "cut.pt")
+    torch.save({"format": "something-else"}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="format tag 'something-else'"):
+        GaussianModel.load(tmp_path / "other.pt")
+    partial = {"format": "gsnb-model-1", "splats": {"means": torch.zeros(1, 3)}}
+    torch.save(partial, tmp_path / "p.pt")
+    with pytest.raises(ValueError, match="no complete set"):
+        GaussianModel.load(tmp_path / "p.pt")
+
+
+def test_init_rejects_misshapen_tensors() -> None:
+    model = GaussianModel.from_points(torch.randn(3, 3), torch.rand(3, 3))
+    splats = {k: v.detach() for k, v in model.splats.items()}
+    with pytest.raises(ValueError, match="scales has shape"):
+        GaussianModel(splats | {"scales": torch.zeros(3, 2)})
+    with pytest.raises(ValueError, match="missing"):
+        GaussianModel({"means": torch.zeros(3, 3)})

@@ -1,0 +1,137 @@
+"""DefaultStrategy: clone, split, prune and opacity reset on hand-built Gaussians."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from gsnb.train.optim import make_optimizer
+from gsnb.train.strategy import DefaultStrategy
+
+W, H = 100, 80
+
+
+def gaussians(scales: list[float], opacities: list[float]) -> nn.ParameterDict:
+    n = len(scales)
+    return nn.ParameterDict(
+        {
+            "means": nn.Parameter(torch.arange(n * 3.0).reshape(n, 3)),
+            "quats": nn.Parameter(torch.tensor([[1.0, 0, 0, 0]]).repeat(n, 1)),
+            "scales": nn.Parameter(torch.log(torch.tensor(scales))[:, None].repeat(1, 3)),
+            "opacities": nn.Parameter(torch.logit(torch.tensor(opacities))),
+            "sh0": nn.Parameter(torch.zeros(n, 1, 3)),
+            "shN": nn.Parameter(torch.zeros(n, 3, 3)),
+        }
+    )
+
+
+def info(grads: list[tuple[float, float]], visible: list[bool]) -> dict:
+    """A render's by-products: screen-space gradients in pixels^-1 and radii."""
+    means2d = torch.zeros(1, len(grads), 2, requires_grad=True)
+    means2d.grad = torch.tensor([grads])
+    radii = torch.tensor([[[3, 3] if v else [0, 0] for v in visible]], dtype=torch.int32)
+    return {"means2d": means2d, "radii": radii, "width": W, "height": H, "n_cameras": 1}
+
+
+def setup(scales: list[float], opacities: list[float], strategy: DefaultStrategy):
+    params = gaussians(scales, opacities)
+    opt = make_optimizer(params, dict.fromkeys(params.keys(), 1e-3))
+    state = strategy.initialize_state(scene_scale=1.0)
+    return params, opt, state
+
+
+def test_clone_small_split_large_prune_transparent() -> None:
+    s = DefaultStrategy()
+    # 0: small, high gradient -> clone; 1: large, high gradient -> split;
+    # 2: transparent -> pruned; 3: high gradient but never visible -> kept as is.
+    params, opt, state = setup([0.005, 0.05, 0.005, 0.005], [0.5, 0.5, 0.001, 0.5], s)
+    grad = 2e-4 / (W / 2) * 1.5  # 1.5x the threshold after normalisation
+    grads = [(grad, 0.0), (grad, 0.0), (0.0, 0.0), (grad, 0.0)]
+    counts = s.step_post_backward(
+        params, opt, state, 600, info(grads, [True, True, True, False]), 1e-4
+    )
+    assert counts == {"cloned": 1, "split": 1, "pruned": 1, "reset": 0}
+    assert params["means"].shape[0] == 4 + 1 + 1 - 1
+    # survivors keep their order, then the clone, then the two children
+    scales = torch.exp(params["scales"][:, 0]).tolist()
+    assert scales == pytest.approx([0.005, 0.005, 0.005, 0.05 / 1.6, 0.05 / 1.6], rel=1e-5)
+    assert state["grad2d"].shape == (5,) and bool((state["grad2d"] == 0).all())
+    for group in opt.param_groups:
+        assert group["params"][0] is params[group["name"]]
+
+
+def test_gradient_is_normalised_by_half_the_image_size() -> None:
+    s = DefaultStrategy()
+    params, _opt, state = setup([0.005], [0.5], s)
+    s.accumulate(params, state, info([(1e-3, 2e-3)], [True]))
+    expected = math.hypot(1e-3 * W / 2, 2e-3 * H / 2)
+    assert state["grad2d"].item() == pytest.approx(expected)
+    assert state["count"].item() == 1
+
+
+def test_below_threshold_nothing_grows() -> None:
+    s = DefaultStrategy()
+    params, opt, state = setup([0.005, 0.05], [0.5, 0.5], s)
+    grad = 2e-4 / (W / 2) * 0.5
+    counts = s.step_post_backward(params, opt, state, 600, info([(grad, 0.0)] * 2, [True] * 2), 0)
+    assert counts["cloned"] == counts["split"] == 0 and params["means"].shape[0] == 2
+
+
+def test_refine_only_on_schedule() -> None:
+    s = DefaultStrategy()
+    params, opt, state = setup([0.005], [0.5], s)
+    grad = [(1.0, 0.0)]
+    for step in (500, 550):  # not after refine_start_iter, not a multiple of refine_every
+        counts = s.step_post_backward(params, opt, state, step, info(grad, [True]), 0)
+        assert counts["cloned"] == 0
+    assert state["count"].item() == 2
+    counts = s.step_post_backward(params, opt, state, 15_000, info(grad, [True]), 0)
+    assert counts == {"cloned": 0, "split": 0, "pruned": 0, "reset": 0}
+    assert state["count"].item() == 2  # nothing accumulates after refine_stop_iter
+
+
+def test_too_large_pruned_only_after_first_reset() -> None:
+    s = DefaultStrategy()
+    params, opt, state = setup([0.5, 0.005], [0.5, 0.5], s)
+    zero = info([(0.0, 0.0)] * 2, [True] * 2)
+    assert s.step_post_backward(params, opt, state, 2900, zero, 0)["pruned"] == 0
+    assert s.step_post_backward(params, opt, state, 3100, zero, 0)["pruned"] == 1
+    assert params["means"].shape[0] == 1
+
+
+def test_opacity_reset_every_reset_every() -> None:
+    s = DefaultStrategy(reset_every=300)
+    params, opt, state = setup([0.005] * 3, [0.9, 0.5, 0.004], s)
+    zero = info([(0.0, 0.0)] * 3, [True] * 3)
+    counts = s.step_post_backward(params, opt, state, 300, zero, 0)
+    assert counts["reset"] == 1
+    opac = torch.sigmoid(params["opacities"].detach())
+    assert opac.tolist() == pytest.approx([0.01, 0.01, 0.004], rel=1e-4)
+
+
+def test_absgrad_uses_the_absolute_gradient() -> None:
+    s = DefaultStrategy(absgrad=True)
+    params, _opt, state = setup([0.005], [0.5], s)
+    data = info([(0.0, 0.0)], [True])
+    data["absgrad"] = torch.tensor([[[1e-3, 0.0]]])
+    s.accumulate(params, state, data)
+    assert state["grad2d"].item() == pytest.approx(1e-3 * W / 2)
+    with pytest.raises(RuntimeError, match="absgrad"):
+        s.accumulate(params, state, info([(0.0, 0.0)], [True]))
+
+
+def test_a_step_where_nothing_was_visible_adds_nothing() -> None:
+    s = DefaultStrategy()
+    params, _opt, state = setup([0.005], [0.5], s)
+    data = info([(0.0, 0.0)], [False])
+    data["means2d"].grad = None
+    s.accumulate(params, state, data)
+    assert state["grad2d"] is None
+
+
+def test_knob_ranges_are_checked() -> None:
+    with pytest.raises(ValueError, match="grow_grad2d"):
+        DefaultStrategy(grow_grad2d=-1.0)

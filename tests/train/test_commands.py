@@ -1,0 +1,57 @@
+"""``gsnb train`` and ``gsnb demo`` end to end on small synthetic scenes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from gsnb.cli import main
+from gsnb.data.synthetic import make_synthetic_scene
+from gsnb.export.ply import read_ply
+from gsnb.train import Trainer
+
+
+def test_demo_writes_checkpoint_ply_and_video(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), "--steps", "8", "--size", "24", "--views", "8"]
+    assert main([*args, "--no-progress", "--device", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "gsnb demo: 8 steps" in text and "PSNR" in text
+    for name in ("checkpoint.pt", "point_cloud.ply", "orbit.mp4", "summary.json", "metrics.jsonl"):
+        assert (out / name).is_file(), name
+        assert str(out / name) in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 8 and summary["test"]["views"] == 1
+    ply = read_ply(out / "point_cloud.ply")
+    model = Trainer.resume_from(out / "checkpoint.pt").model
+    assert torch.equal(ply["means"], model.splats["means"].detach())
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 8
+
+
+def test_train_then_resume_to_more_steps(tmp_path: Path, capsys) -> None:
+    data = make_synthetic_scene(tmp_path / "scene", num_views=9, size=20, num_points=200)
+    out = tmp_path / "run"
+    common = [str(data), "--out", str(out), "--no-progress", "--device", "cpu"]
+    assert main(["train", *common, "--steps", "4"]) == 0
+    assert "test:       PSNR" in capsys.readouterr().out
+    first = json.loads((out / "summary.json").read_text())
+    assert first["steps"] == 4 and first["test"]["views"] == 2  # views 0 and 8
+    assert main(["train", *common, "--steps", "6", "--resume", str(out / "checkpoint.pt")]) == 0
+    assert json.loads((out / "summary.json").read_text())["steps"] == 6
+
+
+def test_train_reports_bad_input_in_one_line(tmp_path: Path, capsys) -> None:
+    assert main(["train", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gsnb train: error:") and "does not exist" in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["train", "demo"])
+def test_help_lists_the_options(command: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert "--strategy" in capsys.readouterr().out

@@ -1,0 +1,152 @@
+"""Driving a trainer from other threads, and interrupts that leave a consistent, resumable run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import gsnb
+from gsnb.train import TrainConfig, Trainer
+
+
+def wait_for(condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def same_params(a: Trainer, b: Trainer) -> bool:
+    return all(torch.equal(a.model.splats[k], b.model.splats[k]) for k in a.model.splats)
+
+
+def test_pause_resume_stop_from_another_thread(make_scene, tmp_path: Path) -> None:
+    config = TrainConfig(steps=10_000, out_dir=str(tmp_path / "run"))
+    trainer = Trainer(make_scene(), config)
+    trainer.start()
+    assert trainer.running
+    wait_for(lambda: trainer.step_count >= 3)
+    trainer.pause()  # returns once the step in flight has finished
+    paused_at = trainer.step_count
+    time.sleep(0.3)
+    assert trainer.step_count == paused_at and trainer.status == "paused"
+    trainer.set(ssim_lambda=0.5)  # queued while paused
+    trainer.resume()
+    wait_for(lambda: trainer.step_count >= paused_at + 3)
+    assert trainer.config.ssim_lambda == 0.5
+    trainer.stop()
+    assert not trainer.running and trainer.status == "stopped"
+    stopped_at = trainer.step_count
+    assert stopped_at < 10_000 and len(trainer.history) == stopped_at
+    # stop() wrote a checkpoint of exactly the model in memory
+    resumed = Trainer.resume_from(tmp_path / "run" / "checkpoint.pt", trainer.dataset)
+    assert resumed.step_count == stopped_at and same_params(resumed, trainer)
+
+
+def test_callbacks_may_drive_the_trainer(make_scene) -> None:
+    trainer = Trainer(make_scene(), TrainConfig(steps=50))
+    trainer.on_step(lambda m: trainer.stop() if m.step == 4 else None)
+    trainer.run()
+    assert trainer.step_count == 4 and trainer.status == "stopped"
+    broken = Trainer(make_scene(), TrainConfig(steps=2))
+    broken.on_step(lambda m: 1 / 0)
+    with pytest.warns(UserWarning, match="callback .* failed: ZeroDivisionError"):
+        broken.run()
+    assert broken.step_count == 2
+
+
+def test_background_run_finishes_and_reports_errors(make_scene) -> None:
+    trainer = Trainer(make_scene(), TrainConfig(steps=5))
+    trainer.start()
+    trainer.wait(60)
+    assert trainer.step_count == 5 and trainer.status == "finished"
+    trainer.start(steps=10_000)
+    with pytest.raises(RuntimeError, match="already runs"):
+        trainer.start()
+    with pytest.raises(RuntimeError, match="already runs in the background"):
+        trainer.run()
+    trainer.stop()
+    assert trainer.status == "stopped" and not trainer.running
+
+    def failing(*args, **kwargs):
+        raise ValueError("renderer broke")
+
+    bad = Trainer(make_scene(), TrainConfig(steps=5), renderer=failing)
+    with pytest.warns(UserWarning, match="renderer broke"):
+        bad.start()
+        bad._thread.join(60)
+    assert bad.status == "failed" and bad.step_count == 0
+    with pytest.raises(RuntimeError, match="training failed"):
+        bad.wait()
+
+
+class InterruptingRenderer:
+    """gsnb.render, but the main thread receives Ctrl-C (SIGINT) while step ``at`` renders."""
+
+    def __init__(self, at: int, times: int = 1) -> None:
+        self.calls = 0
+        self.at = at
+        self.times = times
+
+    def __call__(self, *args, **kwargs):
+        out = gsnb.render(*args, **kwargs)
+        self.calls += 1
+        if self.calls - 1 == self.at:
+            for _ in range(self.times):
+                os.kill(os.getpid(), signal.SIGINT)
+        return out
+
+
+def test_ctrl_c_mid_step_finishes_the_step_and_saves_a_checkpoint(make_scene, tmp_path) -> None:
+    data = make_scene()
+    config = TrainConfig(steps=100, out_dir=str(tmp_path))
+    trainer = Trainer(data, config, renderer=InterruptingRenderer(at=5))
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run()
+    # the interrupted step (index 5) completed; nothing after it ran
+    assert trainer.step_count == 6 and trainer.status == "stopped"
+    resumed = Trainer.resume_from(tmp_path / "checkpoint.pt", data)
+    assert resumed.step_count == 6 and same_params(resumed, trainer)
+    # and the checkpointed run goes on exactly like one never interrupted
+    reference = Trainer(data, TrainConfig(steps=100))
+    reference.run(8)
+    resumed.run(2)
+    assert same_params(reference, resumed)
+
+
+def test_second_ctrl_c_abandons_the_step_without_touching_the_model(make_scene) -> None:
+    data = make_scene()
+    trainer = Trainer(data, TrainConfig(steps=100), renderer=InterruptingRenderer(at=2, times=2))
+    trainer.run(2)
+    before = {k: v.detach().clone() for k, v in trainer.model.splats.items()}
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run()
+    assert trainer.step_count == 2  # the render of step 3 was cut short
+    assert all(torch.equal(before[k], trainer.model.splats[k]) for k in before)
+    trainer.run(1)  # the trainer is still usable
+    assert trainer.step_count == 3
+
+
+def test_ctrl_c_during_a_single_step_is_raised_after_it(make_scene) -> None:
+    trainer = Trainer(make_scene(), TrainConfig(steps=100), renderer=InterruptingRenderer(at=0))
+    with pytest.raises(KeyboardInterrupt):
+        trainer.step()
+    assert trainer.step_count == 0  # the render was interrupted: nothing applied
+    trainer.step()
+    assert trainer.step_count == 1
+
+
+def test_signal_handler_is_restored(make_scene) -> None:
+    before = signal.getsignal(signal.SIGINT)
+    trainer = Trainer(make_scene(), TrainConfig(steps=2))
+    trainer.run()
+    trainer.step()
+    assert signal.getsignal(signal.SIGINT) is before
+    assert threading.current_thread() is threading.main_thread()

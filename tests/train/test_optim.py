@@ -1,0 +1,31 @@
+"""Per-parameter learning rates and the means' exponential decay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from gsnb.train.config import TrainConfig
+from gsnb.train.optim import learning_rates, make_optimizer, set_learning_rates
+
+
+def test_learning_rates_follow_3dgs() -> None:
+    cfg = TrainConfig(steps=1000)
+    start = learning_rates(cfg, 0, extent=3.0)
+    assert start == pytest.approx(
+        {"means": 1.6e-4 * 3.0, "quats": 1e-3, "scales": 5e-3, "opacities": 5e-2,
+         "sh0": 2.5e-3, "shN": 2.5e-3 / 20}
+    )  # fmt: skip
+    assert learning_rates(cfg, 500, 3.0)["means"] == pytest.approx(1.6e-4 * 3.0 * 0.1)
+    assert learning_rates(cfg, 1000, 3.0)["means"] == pytest.approx(1.6e-6 * 3.0)
+    assert learning_rates(cfg, 5000, 3.0)["means"] == pytest.approx(1.6e-6 * 3.0)
+
+
+def test_optimizer_groups_are_named_and_settable() -> None:
+    params = {"means": nn.Parameter(torch.zeros(2, 3)), "sh0": nn.Parameter(torch.zeros(2, 1, 3))}
+    opt = make_optimizer(params, {"means": 0.1, "sh0": 0.2})
+    assert [(g["name"], g["lr"]) for g in opt.param_groups] == [("means", 0.1), ("sh0", 0.2)]
+    assert opt.defaults["eps"] == 1e-15
+    set_learning_rates(opt, {"means": 0.3, "sh0": 0.4})
+    assert [g["lr"] for g in opt.param_groups] == [0.3, 0.4]

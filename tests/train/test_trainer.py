@@ -1,0 +1,180 @@
+"""Trainer: a real short run, live knobs, callbacks, evaluation and bad inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from gsnb.data.dataset import load_dataset
+from gsnb.train import DefaultStrategy, MCMCStrategy, TrainConfig, Trainer
+from gsnb.train.strategy import STRATEGIES
+
+
+def test_fox_short_run_lowers_loss_and_raises_test_psnr(fox_path: Path, tmp_path: Path) -> None:
+    full = load_dataset(fox_path, downscale=8, cache_dir=tmp_path / "cache")
+    # five photos at 1/8 resolution (135 x 240): four to train on, one to test
+    data = dataclasses.replace(full, views=full.views[:5], train_ids=[1, 2, 3, 4], test_ids=[0])
+    trainer = Trainer(data, TrainConfig(steps=20, max_init_points=600, sh_degree=0))
+    before = trainer.evaluate()
+    train_before = trainer.evaluate("train")
+    trainer.run()
+    after = trainer.evaluate()
+    train_after = trainer.evaluate("train")
+    assert after.psnr > before.psnr + 2.0, (before.summary(), after.summary())
+    assert train_after.psnr > train_before.psnr + 2.0
+    losses = [m.loss for m in trainer.history]
+    assert sum(losses[-4:]) < 0.8 * sum(losses[:4])
+    assert trainer.step_count == 20 and len(trainer.history) == 20
+
+
+def test_metrics_stream_reports_every_step(make_scene) -> None:
+    trainer = Trainer(make_scene(), TrainConfig(steps=3, sh_degree=1, sh_degree_interval=2))
+    seen = []
+    remove = trainer.on_step(seen.append)
+    trainer.run()
+    assert [m.step for m in seen] == [1, 2, 3]
+    assert [m.sh_degree for m in seen] == [0, 0, 1]
+    m = seen[-1]
+    assert m.num_gaussians == trainer.num_gaussians == 30
+    assert m.gpu_memory is None  # CPU run
+    assert m.step_time > 0 and m.grad_norm > 0 and 0 < m.mean_opacity < 1
+    assert m.anisotropy >= 1 and m.scale_max > 0 and math.isfinite(m.scale_spread)
+    assert m.lr_means == pytest.approx(1.6e-4 * trainer.extent * 0.01 ** (2 / 3))
+    remove()
+    trainer.step()
+    assert len(seen) == 3
+
+
+def test_set_applies_at_the_next_step(make_scene) -> None:
+    trainer = Trainer(make_scene(), TrainConfig(steps=100))
+    trainer.step()
+    trainer.set(ssim_lambda=0.0, lr_scales=0.0, grow_grad2d=1e-3)
+    assert trainer.config.ssim_lambda == 0.2  # not yet
+    assert trainer.pending_knobs == {"ssim_lambda": 0.0, "lr_scales": 0.0, "grow_grad2d": 1e-3}
+    scales = trainer.model.splats["scales"].detach().clone()
+    m = trainer.step()
+    assert trainer.config.ssim_lambda == 0.0 and trainer.strategy.grow_grad2d == 1e-3
+    assert m.loss == pytest.approx(m.l1)
+    assert torch.equal(trainer.model.splats["scales"], scales)  # learning rate 0
+    assert trainer.pending_knobs == {}
+
+
+def test_set_rejects_unknown_knobs_and_bad_values(make_scene) -> None:
+    trainer = Trainer(make_scene(), TrainConfig(steps=10))
+    with pytest.raises(ValueError, match=r"unknown knob.*lr_mean.*valid knobs are: steps"):
+        trainer.set(lr_mean=1e-3)
+    with pytest.raises(ValueError, match=r"ssim_lambda=2.0 is outside its range \[0.0, 1.0\]"):
+        trainer.set(ssim_lambda=2.0)
+    with pytest.raises(ValueError, match="takes True or False"):
+        trainer.set(random_background="yes")
+    with pytest.raises(ValueError, match="unknown knob"):
+        trainer.set(seed=3)  # fixed at the start, not live
+    assert trainer.pending_knobs == {}
+
+
+def test_knobs_describe_every_live_setting() -> None:
+    from gsnb.train.knobs import describe_knobs
+
+    names = [k.name for k in describe_knobs(TrainConfig())]
+    for cls in STRATEGIES.values():
+        strategy_knobs = describe_knobs(cls(), "strategy")
+        assert strategy_knobs, cls
+        for k in strategy_knobs + describe_knobs(TrainConfig()):
+            assert len(k.doc) > 10, k.name
+            assert k.type in ("int", "float", "bool", "str")
+            if k.type in ("int", "float") and k.low is not None:
+                assert k.value >= k.low
+        clash = set(names) & {k.name for k in strategy_knobs}
+        assert not clash, clash
+    assert {"lr_means", "ssim_lambda", "steps", "aniso_reg", "scale_grad_clip"} <= set(names)
+    assert "seed" not in names and "device" not in names
+
+
+def test_evaluate_reports_psnr_ssim_and_why_lpips_is_missing(make_scene) -> None:
+    trainer = Trainer(make_scene(views=4, test_every=2), TrainConfig(steps=5))
+    results = []
+    trainer.on_eval(results.append)
+    result = trainer.evaluate()
+    assert result.num_views == 2 and [r[0] for r in result.per_view] == ["000.png", "002.png"]
+    assert result.psnr == pytest.approx(sum(r[1] for r in result.per_view) / 2)
+    assert -1 <= result.ssim <= 1
+    assert result.lpips is None and "LPIPS" in result.lpips_note
+    assert results == [result]
+    no_test = Trainer(make_scene(views=3), TrainConfig(steps=5))
+    with pytest.raises(ValueError, match="no test views"):
+        no_test.evaluate()
+    assert no_test.evaluate("train").num_views == 3
+
+
+def test_eval_every_evaluates_during_training(make_scene) -> None:
+    trainer = Trainer(make_scene(views=4, test_every=2), TrainConfig(steps=4, eval_every=2))
+    trainer.run()
+    assert [e.step for e in trainer.evals] == [2, 4]
+
+
+def test_mcmc_run_never_exceeds_its_cap(make_scene) -> None:
+    strategy = MCMCStrategy(cap_max=33, refine_start_iter=2, refine_every=2)
+    trainer = Trainer(make_scene(), TrainConfig(steps=12), strategy=strategy)
+    assert torch.sigmoid(trainer.model.splats["opacities"][0]).item() == pytest.approx(0.5)
+    trainer.run()
+    counts = [m.num_gaussians for m in trainer.history]
+    # refine steps 4, 6, 8, 10 (0-based) grow 30 -> 31 -> 32 -> 33 -> 33
+    assert counts[4] == 31 and counts[-1] == 33 and max(counts) == 33
+
+
+def test_densification_runs_inside_training(make_scene) -> None:
+    strategy = DefaultStrategy(refine_start_iter=2, refine_every=3, grow_grad2d=1e-5)
+    trainer = Trainer(make_scene(), TrainConfig(steps=6), strategy=strategy)
+    trainer.run()
+    events = {m.step: m.events for m in trainer.history if m.events}
+    assert list(events) == [4]  # step index 3 is the first > 2 divisible by 3
+    assert trainer.num_gaussians > 30
+    assert trainer.optimizer.param_groups[0]["params"][0].shape[0] == trainer.num_gaussians
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"points": torch.zeros(0, 3), "points_rgb": torch.zeros(0, 3)}, "non-empty"),
+        ({"points": torch.full((4, 3), math.nan), "points_rgb": torch.zeros(4, 3)}, "NaN or Inf"),
+        ({"views": [], "train_ids": [], "test_ids": []}, "no training views"),
+        ({"extent": float("nan")}, "extent must be a positive number"),
+    ],
+)
+def test_bad_inputs_give_clear_errors(make_scene, change: dict, message: str) -> None:
+    data = dataclasses.replace(make_scene(), **change)
+    with pytest.raises(ValueError, match=message):
+        Trainer(data, TrainConfig(steps=5))
+
+
+def test_non_finite_pose_is_named(make_scene) -> None:
+    data = make_scene()
+    bad = dataclasses.replace(data.views[1], viewmat=torch.full((4, 4), math.inf))
+    data.views[1] = bad
+    with pytest.raises(ValueError, match=r"view 001\.png has a non-finite pose"):
+        Trainer(data, TrainConfig(steps=5))
+
+
+def test_config_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="steps=0"):
+        TrainConfig(steps=0)
+    with pytest.raises(ValueError, match="init_opacity"):
+        TrainConfig(init_opacity=1.5)
+    with pytest.raises(ValueError, match="device"):
+        TrainConfig(device="tpu")
+    with pytest.raises(ValueError, match="unknown TrainConfig settings"):
+        TrainConfig.from_dict({"stepz": 3})
+
+
+def test_max_init_points_subsamples_with_the_seed(make_scene) -> None:
+    data = make_scene()
+    a = Trainer(data, TrainConfig(max_init_points=10, seed=1))
+    b = Trainer(data, TrainConfig(max_init_points=10, seed=1))
+    c = Trainer(data, TrainConfig(max_init_points=10, seed=2))
+    assert a.num_gaussians == 10
+    assert torch.equal(a.model.splats["means"], b.model.splats["means"])
+    assert not torch.equal(a.model.splats["means"], c.model.splats["means"])

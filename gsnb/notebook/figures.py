@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from gsnb.train import EvalResult, StepMetrics
 
@@ -19,8 +21,8 @@ class DecimatedSeries:
     Example:
         >>> s = DecimatedSeries(max_points=3)
         >>> s.extend([(i, i * i) for i in range(10)])
-        >>> s.view()
-        ([0, 4, 8, 9], [0, 16, 64, 81])
+        >>> [a.tolist() for a in s.view()]
+        [[0.0, 4.0, 8.0, 9.0], [0.0, 16.0, 64.0, 81.0]]
     """
 
     def __init__(self, max_points: int = MAX_POINTS) -> None:
@@ -31,24 +33,28 @@ class DecimatedSeries:
         self.y: list[float] = []
 
     def extend(self, points: Iterable[tuple[float, float]]) -> None:
-        """Append ``(x, y)`` pairs; non-finite ``y`` values are kept as gaps (None)."""
+        """Append ``(x, y)`` pairs; non-finite ``y`` values are kept as gaps (NaN)."""
         for x, y in points:
             self.x.append(x)
-            self.y.append(y if y is not None and math.isfinite(y) else None)  # type: ignore[arg-type]
+            self.y.append(y if y is not None and math.isfinite(y) else math.nan)
 
     def __len__(self) -> int:
         return len(self.x)
 
-    def view(self) -> tuple[list[float], list[float]]:
-        """The points to draw: every ``ceil(n / max_points)``-th one, plus the last."""
+    def view(self) -> tuple[np.ndarray, np.ndarray]:
+        """The points to draw (float arrays: plotly takes them without a per-point check):
+        every ``ceil(n / max_points)``-th one, plus the last."""
         n = len(self.x)
         if n <= self.max_points:
-            return list(self.x), list(self.y)
-        stride = math.ceil(n / self.max_points)
-        idx = list(range(0, n, stride))
-        if idx[-1] != n - 1:
-            idx.append(n - 1)
-        return [self.x[i] for i in idx], [self.y[i] for i in idx]
+            idx = range(n)
+        else:
+            stride = math.ceil(n / self.max_points)
+            idx = list(range(0, n, stride))
+            if idx[-1] != n - 1:
+                idx.append(n - 1)
+        x = np.fromiter((self.x[i] for i in idx), dtype=np.float64, count=len(idx))
+        y = np.fromiter((self.y[i] for i in idx), dtype=np.float64, count=len(idx))
+        return x, y
 
 
 class TrainingCurves:
@@ -62,7 +68,8 @@ class TrainingCurves:
         >>> curves = TrainingCurves()
         >>> curves.add([StepMetrics(step=1, loss=0.5, psnr=20.0, num_gaussians=100)])
         >>> curves.redraw()
-        >>> list(curves.widget.data[0].y)
+        True
+        >>> curves.widget.data[0].y.tolist()
         [0.5]
     """
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 # How often the panel's thread looks for something to redraw (the limits below still apply).
-POLL_SECONDS = 0.05
+POLL_SECONDS = 0.1
 
 
 class TrainingPanel:
@@ -42,6 +42,7 @@ class TrainingPanel:
     training time: curves and counters at most ``curve_hz`` times a second,
     the live render at most ``render_hz`` times a second and, since a render
     holds the trainer's lock, never more than ``render_share`` of the wall time.
+    :attr:`redraw_seconds` adds up the time its redraws took.
 
     Args:
         trainer: the trainer to drive.
@@ -71,7 +72,7 @@ class TrainingPanel:
         image_width: int = 320,
         curve_hz: float = 4.0,
         render_hz: float = 2.0,
-        render_share: float = 0.05,
+        render_share: float = 0.03,
     ) -> None:
         import ipywidgets as w
 
@@ -88,6 +89,7 @@ class TrainingPanel:
         self._shown_error: BaseException | None = None
         self._rate_mark = (time.monotonic(), trainer.step_count)
         self.steps_per_second = 0.0
+        self.redraw_seconds = 0.0
 
         self.start_button = w.Button(description="Start", icon="play", button_style="success")
         self.pause_button = w.Button(description="Pause", icon="pause")
@@ -231,22 +233,32 @@ class TrainingPanel:
 
     # ---------------------------------------------------------- updates
     def update(self, force: bool = False) -> None:
-        """Redraw what is due (everything with ``force``); the panel's thread calls this."""
+        """Redraw what is due (everything with ``force``); the panel's thread calls this.
+
+        :attr:`redraw_seconds` adds up the time spent here: the cost of watching.
+        """
         with self._tick_lock:
-            now = time.monotonic()
-            self._update_status()
-            if force or self._curve_limit.ready(now):
-                self._curve_limit.mark(now)
-                self._update_curves(now)
-            if force or self._knob_limit.ready(now):
-                self._knob_limit.mark(now)
-                self.knobs.sync()
-            if self._rendered_step != self.trainer.step_count and (
-                force or self._render_budget.ready(now)
-            ):
-                start = time.perf_counter()
-                self._render_live()
-                self._render_budget.spent(time.perf_counter() - start)
+            start = time.perf_counter()
+            try:
+                self._redraw_due(force)
+            finally:
+                self.redraw_seconds += time.perf_counter() - start
+
+    def _redraw_due(self, force: bool) -> None:
+        now = time.monotonic()
+        self._update_status()
+        if force or self._curve_limit.ready(now):
+            self._curve_limit.mark(now)
+            self._update_curves(now)
+        if force or self._knob_limit.ready(now):
+            self._knob_limit.mark(now)
+            self.knobs.sync()
+        if self._rendered_step != self.trainer.step_count and (
+            force or self._render_budget.ready(now)
+        ):
+            start = time.perf_counter()
+            self._render_live()
+            self._render_budget.spent(time.perf_counter() - start)
 
     def _update_curves(self, now: float) -> None:
         steps, evals = self._steps.take(), self._evals.take()

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Viewer"]
+__all__ = ["Viewer", "ViewerPortError"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Viewer":
-        from gsnb.viewer.server import Viewer
+    if name in __all__:
+        from gsnb.viewer import server
 
-        return Viewer
+        return getattr(server, name)
     raise AttributeError(f"module 'gsnb.viewer' has no attribute {name!r}")

@@ -172,7 +172,7 @@ def look_from(
     """The ``wxyz`` of an OpenCV camera at ``position`` looking at ``target`` with +z world up.
 
     Example:
-        >>> [round(v, 3) for v in look_from((0, -5, 0), (0, 0, 0))]
+        >>> [round(v, 3) + 0.0 for v in look_from((0, -5, 0), (0, 0, 0))]
         [0.707, -0.707, 0.0, 0.0]
     """
     from gsnb.viewer.cameras import wxyz_from_matrix

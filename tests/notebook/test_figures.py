@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 from gsnb.notebook.figures import DecimatedSeries, TrainingCurves
@@ -15,7 +16,7 @@ from gsnb.train import EvalResult, StepMetrics
 def test_decimated_series_bounds_points_and_keeps_the_ends(n):
     series = DecimatedSeries(max_points=1000)
     series.extend((i, float(i)) for i in range(n))
-    x, y = series.view()
+    x, y = (a.tolist() for a in series.view())
     assert len(x) <= 1001 and x[0] == 0 and x[-1] == n - 1 and x == y
     assert x == sorted(set(x))
     if n <= 1000:
@@ -28,7 +29,9 @@ def test_decimated_series_bounds_points_and_keeps_the_ends(n):
 def test_non_finite_values_become_gaps():
     series = DecimatedSeries()
     series.extend([(1, 0.5), (2, float("nan")), (3, float("inf")), (4, 0.25)])
-    assert series.view() == ([1, 2, 3, 4], [0.5, None, None, 0.25])
+    x, y = series.view()
+    assert x.tolist() == [1, 2, 3, 4] and y[[0, 3]].tolist() == [0.5, 0.25]
+    assert np.isnan(y[1:3]).all()
     with pytest.raises(ValueError, match="max_points"):
         DecimatedSeries(1)
 

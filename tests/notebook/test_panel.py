@@ -109,7 +109,9 @@ def test_curves_counters_and_images_follow_training(make_trainer, panels):
     panels.append(panel := TrainingPanel(trainer, image_width=12))
     panel.start_button.click()
     trainer.wait(60)
+    spent = panel.redraw_seconds
     panel.update(force=True)
+    assert panel.redraw_seconds > spent > 0
     assert panel.progress.value == panel.progress.max == 5
     assert panel.progress_label.value.startswith("step 5 / 5")
     loss = panel.curves.widget.data[0]

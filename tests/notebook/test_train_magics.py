@@ -42,7 +42,7 @@ def test_takes_a_dataset_variable_options_and_a_name(shell, dataset):
     shell.run_line_magic("gs_train", line)
     run, panel = shell.user_ns["run"], shell.user_ns["run_panel"]
     assert run.strategy.name == "mcmc" and run.config.steps == 3 and run.status == "idle"
-    assert panel.camera.value == 2 and run.config.data is None
+    assert panel.camera.value == 2 and run.dataset is dataset
 
 
 def test_refuses_a_second_run_under_a_busy_name(shell, dataset):

@@ -1,0 +1,289 @@
+"""What watching costs: training steps per second headless, with the widgets panel attached and
+with viewer clients connected, and the viewer's frames per second at 1080p while training.
+
+One trainer trains in its background thread for the whole run; the conditions take turns in
+short windows, several rounds, so that the model's growth (densification) affects them alike;
+medians over rounds are reported with their ratio to headless training. Viewer clients run in
+their own processes (as a browser would) and speak viser's websocket protocol.
+
+Conditions:
+- ``headless``: nothing attached.
+- ``panel``: a ``TrainingPanel`` (widgets built without a front end; its thread redraws the
+  curves and the live render as in a notebook).
+- ``viewer_moving``: a client whose camera (a 1920x1080 canvas, ``--viewer-size``) moves 30
+  times a second (it gets previews at a quarter of the size).
+- ``viewer_resting``: a client whose camera rests (full-size frames refreshed while training,
+  with the default limits: at most 30 fps and 25 % of the wall time).
+- ``viewer_max``: the same with the limits lifted (``max_fps=240``, ``refresh_share=0.95``):
+  the viewer's frame rate at full size while training.
+
+Run on the GPU machine (the extension is built first; a cache hit when built already)::
+
+    python benchmarks/bench_interactive.py ../shared/data/fox --out out/bench_interactive
+
+On a CPU, a small synthetic scene::
+
+    python benchmarks/bench_interactive.py --synthetic 48 --max-init-points 300 --device cpu \
+        --viewer-size 480x270 --warmup 30 --rounds 5 --out out/bench_cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import FOX, environment, write_json
+
+CONDITIONS = ("headless", "panel", "viewer_moving", "viewer_resting", "viewer_max")
+PACKAGES = ("viser", "websockets", "ipywidgets", "plotly", "anywidget", "msgspec", "zstandard")
+
+
+def client_process(url: str, poses: list, fov: float, size: tuple[int, int], move_hz: float, conn):
+    """A viewer client in its own process: report a camera (moving or not), time every frame."""
+    import io
+
+    from PIL import Image
+
+    from gsnb.viewer.client import ViewerClient
+
+    frames: list[tuple[float, int, int]] = []
+    with ViewerClient(url) as client:
+        client.send_camera(*poses[0], fov, *size)
+        ready, index, next_move = False, 0, time.monotonic()
+        while not conn.poll():
+            now = time.monotonic()
+            if move_hz > 0 and now >= next_move:
+                index = (index + 1) % len(poses)
+                client.send_camera(*poses[index], fov, *size)
+                next_move = now + 1.0 / move_hz
+            for message in client.messages(0.01):
+                if message["type"] == "BackgroundImageMessage" and message.get("rgb_data"):
+                    width, height = Image.open(io.BytesIO(message["rgb_data"])).size
+                    frames.append((time.monotonic(), width, height))
+                    if not ready:
+                        ready = True
+                        conn.send("ready")
+    conn.send(frames)
+
+
+class Client:
+    """Starts :func:`client_process` and collects its frames."""
+
+    def __init__(self, url: str, poses: list, fov: float, size: tuple[int, int], move_hz: float):
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(
+            target=client_process, args=(url, poses, fov, size, move_hz, child), daemon=True
+        )
+        self.process.start()
+        if not self.conn.poll(120) or self.conn.recv() != "ready":
+            raise RuntimeError("the viewer client got no frame within 120 s")
+
+    def finish(self) -> list[tuple[float, int, int]]:
+        self.conn.send("stop")
+        frames = self.conn.recv()
+        self.process.join(10)
+        return frames
+
+
+def make_dataset(args: argparse.Namespace):
+    from gsnb.data.dataset import load_dataset
+
+    if args.synthetic:
+        from gsnb.data.synthetic import make_synthetic_scene
+
+        folder = make_synthetic_scene(
+            tempfile.mkdtemp(prefix="gsnb-bench-"), num_views=12, size=args.synthetic, samples=1
+        )
+        return load_dataset(folder, test_every=0)
+    if not args.data.exists():
+        raise SystemExit(f"no dataset at {args.data}; pass its path (default {FOX})")
+    return load_dataset(args.data, downscale=args.downscale, test_every=0)
+
+
+def render_time_ms(trainer, view, repeat: int = 10) -> float:
+    """Median time of one render at ``view`` through the trainer's locked ``render_view``."""
+    times = []
+    for i in range(repeat + 3):
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        trainer.render_view(view).rgb.sum().item()
+        if i >= 3:
+            times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", nargs="?", type=Path, default=FOX, help="dataset (default fox)")
+    parser.add_argument("--out", type=Path, default=Path("out/bench_interactive"))
+    parser.add_argument("--downscale", type=int, default=2, help="image downscale (default 2)")
+    parser.add_argument("--synthetic", type=int, help="use the synthetic scene at this size")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--backend", default="auto", choices=("auto", "cuda", "reference"))
+    parser.add_argument("--max-init-points", type=int, default=0, help="cap (default 0: all)")
+    parser.add_argument("--warmup", type=int, default=300, help="steps before measuring")
+    parser.add_argument("--window", type=float, default=5.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--viewer-size", default="1920x1080", help="canvas (default 1920x1080)")
+    parser.add_argument(
+        "--conditions", default=",".join(CONDITIONS), help="comma-separated subset (default all)"
+    )
+    parser.add_argument(
+        "--fixed-size", action="store_true", help="no densification: every window alike"
+    )
+    parser.add_argument("--no-build", action="store_true", help="do not build the extension")
+    args = parser.parse_args()
+    conditions = args.conditions.split(",")
+    if "headless" not in conditions or not set(conditions) <= set(CONDITIONS):
+        parser.error(f"--conditions: headless plus any of {', '.join(CONDITIONS)}")
+
+    from gsnb.notebook.panel import TrainingPanel
+    from gsnb.train import TrainConfig, Trainer
+    from gsnb.viewer import Viewer
+    from gsnb.viewer.cameras import pose_of_view, scaled_view, vertical_fov, view_from_pose
+
+    info = environment()
+    info["packages"] = {name: _version(name) for name in PACKAGES}
+    if torch.cuda.is_available() and args.backend != "reference" and not args.no_build:
+        from gsnb.build import build
+
+        print("building the CUDA rasterizer (a cache hit when built already) ...", flush=True)
+        result = build(progress=False)
+        print(f"  {result}", flush=True)
+    data = make_dataset(args)
+    config = TrainConfig(
+        steps=10**7,
+        device=args.device,
+        backend=args.backend,
+        max_init_points=args.max_init_points,
+        seed=0,
+    )
+    trainer = Trainer(data, config)
+    print(f"{trainer}; {len(data.train)} views of {data.train[0].width}x{data.train[0].height}")
+    if args.fixed_size:
+        trainer.set(refine_start_iter=10**9)
+    trainer.run(args.warmup)
+    backend = trainer.render_view(scaled_view(data.train[0], 16)).meta.backend
+    print(f"warmed up {args.warmup} steps ({backend} backend), {trainer.num_gaussians} Gaussians")
+
+    poses = [tuple(map(tuple, pose_of_view(v))) for v in data.train]
+    fov = vertical_fov(data.train[0])
+    canvas = tuple(int(v) for v in args.viewer_size.lower().split("x"))
+    render_ms = render_time_ms(trainer, view_from_pose(*poses[0], fov, *canvas))
+    print(f"one {args.viewer_size} render through render_view: {render_ms:.2f} ms (median)")
+
+    results: dict[str, dict[str, Any]] = {c: {"steps_per_s": []} for c in conditions}
+    trainer.start()
+    try:
+        for round_ in range(args.rounds):
+            for condition in conditions:
+                row = results[condition]
+                panel = viewer = client = None
+                if condition == "panel":
+                    panel = TrainingPanel(trainer)
+                elif condition.startswith("viewer"):
+                    limits = {"max_fps": 240, "refresh_share": 0.95}
+                    viewer = Viewer(
+                        trainer, port=0, **(limits if condition == "viewer_max" else {})
+                    )
+                    move_hz = 30.0 if condition == "viewer_moving" else 0.0
+                    client = Client(viewer.url, poses, fov, canvas, move_hz)
+                time.sleep(0.5)  # settle
+                start, steps0, cpu0 = time.monotonic(), trainer.step_count, time.process_time()
+                busy0 = panel.redraw_seconds if panel is not None else 0.0
+                time.sleep(args.window)
+                end, steps1, cpu1 = time.monotonic(), trainer.step_count, time.process_time()
+                row["steps_per_s"].append((steps1 - steps0) / (end - start))
+                # CPU seconds of this process per step: what watching adds, even on a busy machine
+                row.setdefault("cpu_s_per_step", []).append((cpu1 - cpu0) / max(1, steps1 - steps0))
+                note = ""
+                if client is not None and viewer is not None:
+                    frames = [f for f in client.finish() if start <= f[0] <= end]
+                    viewer.stop()
+                    row.setdefault("frames_per_s", []).append(len(frames) / (end - start))
+                    sizes = sorted({(w, h) for _, w, h in frames})
+                    row.setdefault("frame_sizes", set()).update(sizes)
+                    note = f", {len(frames) / (end - start):.1f} frames/s {sizes}"
+                if panel is not None:
+                    busy = panel.redraw_seconds - busy0
+                    panel.close()
+                    row.setdefault("panel_busy_share", []).append(busy / (end - start))
+                    note = f", panel redraws {100 * row['panel_busy_share'][-1]:.1f} % of the time"
+                print(
+                    f"round {round_ + 1}/{args.rounds} {condition:17s} "
+                    f"{row['steps_per_s'][-1]:7.2f} steps/s{note} "
+                    f"({trainer.num_gaussians} Gaussians)",
+                    flush=True,
+                )
+    finally:
+        trainer.stop()
+    if trainer.error is not None:
+        raise RuntimeError("training failed during the benchmark") from trainer.error
+
+    headless_rounds = results["headless"]["steps_per_s"]
+    headless = statistics.median(headless_rounds)
+    summary = {}
+    for condition, row in results.items():
+        entry: dict[str, Any] = {"steps_per_s_median": statistics.median(row["steps_per_s"])}
+        entry["throughput_vs_headless"] = entry["steps_per_s_median"] / headless
+        # each round against the headless window just before it: steadier on a busy machine
+        paired = [s / h for s, h in zip(row["steps_per_s"], headless_rounds, strict=True)]
+        entry["throughput_vs_headless_paired_median"] = statistics.median(paired)
+        cpu = statistics.median(row["cpu_s_per_step"])
+        entry["cpu_s_per_step_median"] = cpu
+        entry["cpu_per_step_vs_headless"] = cpu / statistics.median(
+            results["headless"]["cpu_s_per_step"]
+        )
+        if "frames_per_s" in row:
+            entry["frames_per_s_median"] = statistics.median(row["frames_per_s"])
+            entry["frame_sizes"] = [list(s) for s in sorted(row.pop("frame_sizes"))]
+        if "panel_busy_share" in row:
+            entry["panel_busy_share_median"] = statistics.median(row["panel_busy_share"])
+        summary[condition] = entry | {"rounds": row}
+    payload = {
+        "benchmark": "bench_interactive",
+        "environment": info,
+        "settings": vars(args) | {"data": str(args.data), "out": str(args.out)},
+        "backend": backend,
+        "device": str(trainer.device),
+        "image_size": [data.train[0].width, data.train[0].height],
+        "gaussians_at_end": trainer.num_gaussians,
+        "viewer_size": list(canvas),
+        "render_ms_at_viewer_size": render_ms,
+        "conditions": summary,
+    }
+    path = args.out / "bench_interactive.json"
+    write_json(path, payload)
+    for condition, entry in summary.items():
+        frames = entry.get("frames_per_s_median")
+        extra = f", {frames:.1f} frames/s" if frames is not None else ""
+        print(
+            f"{condition:17s} {entry['steps_per_s_median']:7.2f} steps/s "
+            f"({100 * entry['throughput_vs_headless']:.0f} % of headless; paired rounds "
+            f"{100 * entry['throughput_vs_headless_paired_median']:.0f} %; CPU time per step "
+            f"{100 * entry['cpu_per_step_vs_headless']:.0f} % of headless){extra}"
+        )
+    print(f"wrote {path}")
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""The tutorial notebooks run top to bottom with small settings, and are stored without outputs.
+
+Each notebook runs through ``notebooks/run_full.py``'s :func:`run_notebook` (papermill, a
+fresh kernel of this interpreter) with the small parameters below injected after its cell
+tagged ``parameters``: the same notebooks, unedited, as a GPU machine runs with their full
+settings. Each test then checks the files the notebook wrote.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import imageio.v2 as imageio
+import nbformat
+import pytest
+import torch
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK_DIR = ROOT / "notebooks"
+FOX = ROOT / ".." / "shared" / "data" / "fox"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+
+def _load_runner() -> Any:
+    spec = importlib.util.spec_from_file_location("run_full", NOTEBOOK_DIR / "run_full.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_full = _load_runner()
+
+# Small settings: a few seconds of work per notebook on 2 CPU cores.
+SMALL: dict[str, dict[str, Any]] = {
+    "01_setup_and_build": {"compile_without_gpu": False},
+    "02_render_gaussians": {
+        "num_gaussians": 1500,
+        "width": 96,
+        "height": 72,
+        "num_views": 3,
+        "timing_counts": [300, 1000],
+        "fit_steps": 8,
+    },
+    "03_train_a_scene": {
+        "data": str(FOX.resolve()),
+        "downscale": 32,
+        "steps": 6,
+        "max_init_points": 300,
+        "sh_degree": 1,
+        "eval_every": 3,
+        "open_viewer": True,
+    },
+    "04_export": {
+        "scene_size": 32,
+        "scene_views": 6,
+        "scene_points": 300,
+        "train_steps": 10,
+        "video_size": "64x48",
+        "render_size": "32x24",
+        "frames": 6,
+    },
+}
+
+
+def execute(name: str, tmp_path: Path, **extra: Any) -> tuple[Path, nbformat.NotebookNode]:
+    """Run notebook ``name`` with its small settings; its files go to ``tmp_path / "files"``."""
+    files = tmp_path / "files"
+    parameters = SMALL[name] | {"out_dir": str(files)} | extra
+    executed = run_full.run_notebook(name, tmp_path, parameters, progress=False)
+    notebook = nbformat.read(executed, as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            assert cell.execution_count is not None, f"a cell of {name} did not run"
+            assert not [o for o in cell.outputs if o.output_type == "error"]
+    return files, notebook
+
+
+def text_of(notebook: nbformat.NotebookNode) -> str:
+    """Every printed line and plain-text result of the executed notebook."""
+    parts = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            parts.append(output.get("text", ""))
+            parts.append(output.get("data", {}).get("text/plain", ""))
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- stored form
+@pytest.mark.parametrize("name", run_full.NOTEBOOKS)
+def test_stored_without_outputs(name: str) -> None:
+    notebook = nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+    nbformat.validate(notebook)
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    assert code
+    for cell in code:
+        assert cell.outputs == [], f"{name} is stored with outputs: run nbstripout on it"
+        assert cell.execution_count is None, f"{name} is stored with execution counts"
+    for cell in notebook.cells:
+        assert set(cell.metadata) <= {"tags"}, f"{name}: cell metadata {dict(cell.metadata)}"
+    assert "widgets" not in notebook.metadata and "papermill" not in notebook.metadata
+
+
+@pytest.mark.parametrize("name", run_full.NOTEBOOKS)
+def test_small_settings_are_parameters(name: str) -> None:
+    """Every small setting names a variable of the notebook's one ``parameters`` cell."""
+    import papermill
+
+    notebook = nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+    tagged = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{name} needs exactly one cell tagged 'parameters'"
+    declared = set(papermill.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb")))
+    assert "out_dir" in declared or name == "01_setup_and_build"
+    assert set(SMALL[name]) <= declared, set(SMALL[name]) - declared
+
+
+def test_every_notebook_is_run() -> None:
+    stored = sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb"))
+    assert stored == sorted(run_full.NOTEBOOKS) == sorted(SMALL)
+
+
+def test_full_parameters_chain_the_checkpoint(tmp_path: Path) -> None:
+    assert "checkpoint" not in run_full.full_parameters("04_export", tmp_path, FOX)
+    (tmp_path / "03_train_a_scene").mkdir()
+    (tmp_path / "03_train_a_scene" / "checkpoint.pt").write_bytes(b"")
+    chained = run_full.full_parameters("04_export", tmp_path, FOX)
+    assert chained["checkpoint"] == str(tmp_path / "03_train_a_scene" / "checkpoint.pt")
+    assert chained["data"] == str(FOX)
+    assert run_full.full_parameters("03_train_a_scene", tmp_path, FOX)["data"] == str(FOX)
+
+
+# ---------------------------------------------------------------- execution
+def test_01_setup_and_build(tmp_path: Path) -> None:
+    _, notebook = execute("01_setup_and_build", tmp_path)
+    text = text_of(notebook)
+    assert "CUDA toolkit" in text  # the doctor's table
+    assert "cannot compile for sm_35" in text  # the failure demo
+    assert "known failures" in text
+    if not torch.cuda.is_available():
+        assert "nothing is compiled" in text
+        assert "with the reference backend" in text
+
+
+def test_02_render_gaussians(tmp_path: Path) -> None:
+    files, notebook = execute("02_render_gaussians", tmp_path)
+    small = SMALL["02_render_gaussians"]
+    with Image.open(files / "views.png") as views:
+        assert views.size == (small["num_views"] * small["width"], small["height"])
+    for name in ("alpha.png", "sh_degrees.png", "fit.png", "depth.html", "timing.html"):
+        assert (files / name).stat().st_size > 0, name
+    assert "red peaks in column 105" in text_of(notebook)
+
+
+@pytest.mark.skipif(not FOX.is_dir(), reason=f"the fox dataset is not at {FOX}")
+def test_03_train_a_scene(tmp_path: Path) -> None:
+    from gsnb.model import GaussianModel
+
+    files, notebook = execute("03_train_a_scene", tmp_path)
+    summary = json.loads((files / "summary.json").read_text())
+    assert Path(summary["data"]).resolve() == FOX.resolve()
+    assert summary["steps"] == SMALL["03_train_a_scene"]["steps"]
+    model = GaussianModel.load(files / "checkpoint.pt")
+    assert model.num_gaussians == summary["num_gaussians"] > 0
+    assert (files / "test_view.png").is_file()
+    assert summary["test_psnr"] > 0
+    assert "mode splats" in text_of(notebook)  # the viewer showed the splats, then stopped
+
+
+def test_04_export_trains_the_demo_scene(tmp_path: Path) -> None:
+    from gsnb.export.ply import read_ply
+
+    files, _ = execute("04_export", tmp_path)
+    splats = read_ply(files / "scene.ply")
+    assert splats["means"].shape[0] > 0
+    small = SMALL["04_export"]
+    reader = imageio.get_reader(files / "orbit.mp4")
+    try:
+        assert reader.count_frames() == small["frames"]
+        assert reader.get_data(0).shape == (48, 64, 3)
+    finally:
+        reader.close()
+    assert (files / "frame.jpg").is_file() and (files / "upscale_comparison.png").is_file()
+
+
+@pytest.mark.skipif(not FOX.is_dir(), reason=f"the fox dataset is not at {FOX}")
+def test_04_export_of_a_checkpoint_along_the_training_cameras(tmp_path: Path) -> None:
+    from gsnb.data import load_dataset
+    from gsnb.export.ply import read_ply
+    from gsnb.model import GaussianModel
+
+    dataset = load_dataset(FOX, downscale=32)
+    model = GaussianModel.from_points(dataset.points[:500], dataset.points_rgb[:500], sh_degree=1)
+    model.save(tmp_path / "model.pt")
+    extra = {"checkpoint": str(tmp_path / "model.pt"), "data": str(FOX.resolve()), "path": "train"}
+    files, _ = execute("04_export", tmp_path, **extra)
+    assert read_ply(files / "scene.ply")["means"].shape[0] == 500
+    reader = imageio.get_reader(files / "train.mp4")
+    try:
+        assert reader.count_frames() == SMALL["04_export"]["frames"]
+    finally:
+        reader.close()

@@ -8,11 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from gsnb.memory import estimate_peak_memory
 from gsnb.render import RenderMeta, RenderResult, render
 
 __version__ = "0.1.0"
 
-__all__ = ["RenderMeta", "RenderResult", "__version__", "load_ipython_extension", "render"]
+__all__ = [
+    "RenderMeta",
+    "RenderResult",
+    "__version__",
+    "estimate_peak_memory",
+    "load_ipython_extension",
+    "render",
+]
 
 
 def load_ipython_extension(ipython: Any) -> None:

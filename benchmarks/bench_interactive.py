@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gsnb, without installing it
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import FOX, environment, write_json
 
@@ -218,6 +219,11 @@ def main() -> None:
                     note = f", {len(frames) / (end - start):.1f} frames/s {sizes}"
                 if panel is not None:
                     busy = panel.redraw_seconds - busy0
+                    # what the panel showed: the memory gauge's text, and any error it reported
+                    row["memory_gauge"] = panel.memory_label.value
+                    row["panel_messages"] = [
+                        m for m in (panel.message.value, panel.error.value) if m
+                    ]
                     panel.close()
                     row.setdefault("panel_busy_share", []).append(busy / (end - start))
                     note = f", panel redraws {100 * row['panel_busy_share'][-1]:.1f} % of the time"

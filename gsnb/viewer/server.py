@@ -258,7 +258,10 @@ class Viewer:
 
     # ------------------------------------------------------------ modes
     def show_splats(self) -> None:
-        """Let the browser draw the Gaussians (viser's splats) instead of streaming renders."""
+        """Let the browser draw the Gaussians (viser's splats) instead of streaming renders.
+
+        The splats are a snapshot of the model now; call again to refresh them.
+        """
         arrays = splat_arrays(self._model_snapshot())
         if self._splats is not None:
             self._splats.remove()

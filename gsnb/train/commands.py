@@ -11,6 +11,7 @@ import importlib.util
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ def train(args: argparse.Namespace) -> int:
                 max_init_points=args.max_init_points,
                 out_dir=str(out),
             )
-            trainer = Trainer(data, config, strategy=args.strategy)
+            trainer = Trainer(data, config, strategy=args.strategy, progress=not args.no_progress)
     except (OSError, ValueError, RuntimeError) as err:
         print(f"gsnb train: error: {err}", file=sys.stderr)
         return 1
@@ -126,8 +127,14 @@ def _resume(args: argparse.Namespace, out: Path) -> Trainer:
     return trainer
 
 
-def _train_and_report(trainer: Trainer, out: Path, name: str, progress: bool) -> int:
-    """Run to the end, then evaluate, write the files and print the summary."""
+def _train_and_report(
+    trainer: Trainer,
+    out: Path,
+    name: str,
+    progress: bool,
+    extra: Callable[[Trainer], dict[str, str]] | None = None,
+) -> int:
+    """Run to the end, then evaluate, write the files (``extra`` adds more) and print a summary."""
     print(f"{name}: {trainer!r}")
     print(f"  data: {trainer.dataset!r}")
     start = time.perf_counter()
@@ -147,7 +154,10 @@ def _train_and_report(trainer: Trainer, out: Path, name: str, progress: bool) ->
     seconds = time.perf_counter() - start
     try:
         report = finish_run(trainer, out, seconds)
-    except (OSError, ValueError) as err:
+        if extra is not None:
+            report["files"] |= extra(trainer)
+            write_summary(out, report)
+    except (OSError, ValueError, RuntimeError) as err:
         print(f"{name}: error while writing results: {err}", file=sys.stderr)
         return 1
     print(summary_text(name, report))
@@ -158,7 +168,11 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
     """Evaluate, write checkpoint, PLY (when ``gsnb.export.ply`` exists) and metrics; the summary.
 
     Example:
-        >>> # report = finish_run(trainer, Path("out"), seconds=12.5); report["files"]["checkpoint"]
+        >>> import tempfile
+        >>> out = Path(tempfile.mkdtemp())
+        >>> report = finish_run(trainer, out, seconds=12.5)   # `trainer`: a Trainer
+        >>> sorted(report["files"])
+        ['checkpoint', 'metrics', 'ply', 'summary']
     """
     report: dict[str, Any] = {
         "steps": trainer.step_count,
@@ -190,9 +204,14 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
             handle.write(json.dumps(metrics.to_dict()) + "\n")
     files["metrics"] = str(out / "metrics.jsonl")
     files["summary"] = str(out / "summary.json")
+    write_summary(out, report)
+    return report
+
+
+def write_summary(out: Path, report: dict[str, Any]) -> None:
+    """Write ``report`` to ``out/summary.json`` atomically."""
     with atomic_write(out / "summary.json", "w") as handle:
         json.dump(report, handle, indent=1)
-    return report
 
 
 def summary_text(name: str, report: dict[str, Any]) -> str:
@@ -314,17 +333,12 @@ def demo(args: argparse.Namespace) -> int:
     except (OSError, ValueError, RuntimeError) as err:
         print(f"gsnb demo: error: {err}", file=sys.stderr)
         return 1
-    code = _train_and_report(trainer, out, "gsnb demo", progress=not args.no_progress)
-    if code != 0 or args.no_video:
-        return code
-    try:
-        path = demo_video(trainer, out, size, preset["frames"])
-    except (OSError, ValueError, RuntimeError) as err:
-        print(f"gsnb demo: the video failed: {err}", file=sys.stderr)
-        return 1
-    if path is not None:
-        print(f"  {'video:':<11} {path}")
-    return 0
+
+    def video(trainer: Trainer) -> dict[str, str]:
+        path = None if args.no_video else demo_video(trainer, out, size, preset["frames"])
+        return {} if path is None else {"video": str(path)}
+
+    return _train_and_report(trainer, out, "gsnb demo", not args.no_progress, extra=video)
 
 
 def _strategy_schedule(name: str, schedule: dict[str, int]) -> dict[str, int]:

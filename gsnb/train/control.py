@@ -31,8 +31,13 @@ class TrainingControl:
     made by :meth:`_init_control`.
 
     Example:
-        >>> # trainer.start(); trainer.pause(); trainer.set(lr_means=1e-4); trainer.resume()
-        >>> # trainer.stop()   # waits for the thread; writes out_dir/checkpoint.pt
+        >>> trainer.start()                   # `trainer`: a Trainer; returns at once
+        >>> trainer.pause()                   # returns once the step in flight is done
+        >>> trainer.set(lr_means=1e-4)        # applied at the next step
+        >>> trainer.resume()
+        >>> trainer.stop()                    # waits for the thread (and checkpoints)
+        >>> trainer.status, trainer.running
+        ('stopped', False)
     """
 
     def _init_control(self) -> None:
@@ -53,7 +58,11 @@ class TrainingControl:
 
     @property
     def status(self) -> str:
-        """One of ``idle``, ``running``, ``paused``, ``stopped``, ``finished``, ``failed``."""
+        """What training is doing now.
+
+        ``running``, ``paused``, ``stopped`` (by stop or Ctrl-C), ``finished``
+        (all ``config.steps`` done), ``failed`` (see ``error``), or ``idle``.
+        """
         return self._status
 
     @property
@@ -107,7 +116,7 @@ class TrainingControl:
         if guard.requested:
             self._finish("stopped")
             raise KeyboardInterrupt(f"training interrupted after step {self._step}")
-        self._finish("stopped" if self._stop.is_set() else "finished")
+        self._finish(self._end_status())
         return last
 
     def start(self, steps: int | None = None) -> None:
@@ -142,7 +151,7 @@ class TrainingControl:
                 f"training stopped by an error at step {self._step}: {err!r}", stacklevel=1
             )
             return
-        self._finish("stopped" if self._stop.is_set() else "finished")
+        self._finish(self._end_status())
 
     def pause(self) -> None:
         """Pause the background loop; returns once the current step has finished."""
@@ -174,6 +183,11 @@ class TrainingControl:
             self._thread.join(timeout)
         if self.error is not None:
             raise RuntimeError(f"training failed at step {self._step}") from self.error
+
+    def _end_status(self) -> str:
+        if self._stop.is_set():
+            return "stopped"
+        return "finished" if self._step >= self.config.steps else "idle"
 
     def _finish(self, status: str) -> None:
         self._status = status

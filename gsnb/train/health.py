@@ -68,8 +68,10 @@ class HealthMonitor:
     :class:`TrainingHealthWarning` through :mod:`warnings`.
 
     Example:
+        >>> import warnings
         >>> m = HealthMonitor()
-        >>> found = m.check(7, {"loss": float("nan")}, warn_scale=10.0, skipping=True)
+        >>> with warnings.catch_warnings(record=True):
+        ...     found = m.check(7, {"loss": float("nan")}, warn_scale=10.0, skipping=True)
         >>> found[0].split(";")[0]
         'step 7: the loss is NaN or Inf'
     """

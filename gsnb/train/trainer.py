@@ -64,6 +64,7 @@ class Trainer(TrainingControl):
             with ``rgb``, ``alpha``, ``depth`` and ``meta`` (``means2d``, ``radii [C, N, 2]``,
             ``absgrad``); default ``gsnb.render`` with ``config.backend``.
         model: start from these Gaussians instead of the dataset's points.
+        progress: show a progress bar while the training images load.
 
     Example:
         >>> import tempfile
@@ -84,11 +85,12 @@ class Trainer(TrainingControl):
         strategy: Strategy | str | None = None,
         renderer: Renderer | None = None,
         model: GaussianModel | None = None,
+        progress: bool = False,
     ) -> None:
         self.config = config if config is not None else TrainConfig()
         cfg = self.config
         if cfg.data is None and getattr(dataset, "root", None) is not None:
-            cfg.data = str(dataset.root)
+            cfg.data = str(Path(dataset.root).resolve())
         self.dataset = dataset
         self.strategy = (
             strategy if isinstance(strategy, Strategy) else make_strategy(strategy or "default")
@@ -109,7 +111,12 @@ class Trainer(TrainingControl):
         self._gen = torch.Generator(self.device).manual_seed(cfg.seed)
         self._order_gen = torch.Generator().manual_seed(cfg.seed)
         self.model = (model if model is not None else self._initial_model()).to(self.device)
-        self._images = [self._load(v) for v in self._train_views]
+        views = self._train_views
+        if progress:
+            from tqdm.auto import tqdm
+
+            views = tqdm(views, desc="loading images", unit="image", leave=False)
+        self._images = [self._load(v) for v in views]
         self._test_images: list[Tensor] | None = None
         self._cams = [self._camera(v) for v in self._train_views]
         self._background = torch.tensor(dataset.background, dtype=torch.float32, device=self.device)
@@ -129,6 +136,7 @@ class Trainer(TrainingControl):
         self._pending_lock = threading.Lock()
         self._init_control()
         self._memory_checked_at = 0
+        self._committing = False
         self._check_memory()
 
     def _check_memory(self) -> None:
@@ -263,6 +271,24 @@ class Trainer(TrainingControl):
         return sum(terms) if terms else None  # type: ignore[return-value]
 
     def _train_step(self) -> StepMetrics:
+        # An exception before the commit (Ctrl-C, a renderer error, out of memory)
+        # must leave no trace, not even in the random streams, so that the run
+        # stays equal to one that never saw it.
+        saved = (self._order, self._order_pos, self._gen.get_state(), self._order_gen.get_state())
+        step = self._step
+        try:
+            return self._train_step_unsafe()
+        except BaseException:
+            if self._step == step and not self._committing:
+                self._order, self._order_pos = saved[0], saved[1]
+                self._gen.set_state(saved[2])
+                self._order_gen.set_state(saved[3])
+                self.optimizer.zero_grad(set_to_none=True)
+            raise
+        finally:
+            self._committing = False
+
+    def _train_step_unsafe(self) -> StepMetrics:
         start = time.perf_counter()
         cfg, step = self.config, self._step
         rates = learning_rates(cfg, step, self.extent)
@@ -312,6 +338,7 @@ class Trainer(TrainingControl):
         skipped = not ok and cfg.skip_nonfinite
         events: dict[str, int] = {}
         guard = self._guard
+        self._committing = True
         with guard.commit() if guard is not None else contextlib.nullcontext():
             if not skipped:
                 self.optimizer.step()
@@ -388,7 +415,8 @@ class Trainer(TrainingControl):
         """The live knobs (training settings, then the strategy's): name, type, range, doc.
 
         Example:
-            >>> # [k.name for k in trainer.knobs()][:2]  ->  ['steps', 'sh_degree_interval']
+            >>> [k.name for k in trainer.knobs()][:2]
+            ['steps', 'sh_degree_interval']
         """
         return describe_knobs(self.config, "train") + describe_knobs(self.strategy, "strategy")
 
@@ -399,7 +427,9 @@ class Trainer(TrainingControl):
         ones) or a value of the wrong type or outside its range.
 
         Example:
-            >>> # trainer.set(lr_scales=2e-3, grow_grad2d=3e-4)
+            >>> trainer.set(lr_scales=2e-3, grow_grad2d=3e-4)
+            >>> trainer.pending_knobs
+            {'lr_scales': 0.002, 'grow_grad2d': 0.0003}
         """
         table = {k.name: k for k in self.knobs()}
         unknown = sorted(set(knobs) - set(table))
@@ -465,7 +495,11 @@ class Trainer(TrainingControl):
         flight). The image is ``result.rgb[0]`` ``[height, width, 3]``.
 
         Example:
-            >>> # image = trainer.render_camera(view.viewmat, view.K, 320, 240).rgb[0]
+            >>> view = trainer.dataset.views[0]
+            >>> K = view.K.clone()
+            >>> K[:2] *= 2  # twice the resolution
+            >>> trainer.render_camera(view.viewmat, K, 2 * view.width, 2 * view.height).rgb.shape
+            torch.Size([1, 32, 32, 3])
         """
         viewmat = torch.as_tensor(viewmat, dtype=torch.float32, device=self.device).reshape(1, 4, 4)
         K = torch.as_tensor(K, dtype=torch.float32, device=self.device).reshape(1, 3, 3)
@@ -477,7 +511,8 @@ class Trainer(TrainingControl):
         """Render the current Gaussians from ``view``'s camera (over the dataset background).
 
         Example:
-            >>> # image = trainer.render_view(trainer.dataset.test[0]).rgb[0]   # [H, W, 3]
+            >>> trainer.render_view(trainer.dataset.views[0]).rgb[0].shape
+            torch.Size([16, 16, 3])
         """
         return self.render_camera(view.viewmat, view.K, view.width, view.height, sh_degree)
 
@@ -485,7 +520,8 @@ class Trainer(TrainingControl):
         """PSNR, SSIM (and LPIPS when its weights are on disk) on the test or train views.
 
         Example:
-            >>> # trainer.evaluate().summary()  ->  'step 7000: PSNR 27.31 dB, SSIM 0.8712 ...'
+            >>> trainer.evaluate("train").num_views
+            3
         """
         if split not in ("test", "train"):
             raise ValueError(f"split must be 'test' or 'train', got {split!r}")
@@ -585,7 +621,10 @@ class Trainer(TrainingControl):
         ``downscale`` and ``test_every``.
 
         Example:
-            >>> # trainer = Trainer.resume_from("out/checkpoint.pt"); trainer.run()
+            >>> import tempfile
+            >>> path = trainer.save_checkpoint(tempfile.mkdtemp() + "/checkpoint.pt")
+            >>> Trainer.resume_from(path).step_count == trainer.step_count
+            True
         """
         payload = ckpt.read_checkpoint(path)
         try:

@@ -25,6 +25,7 @@ def test_demo_writes_checkpoint_ply_and_video(tmp_path: Path, capsys) -> None:
         assert str(out / name) in text
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 8 and summary["test"]["views"] == 1
+    assert summary["files"]["video"] == str(out / "orbit.mp4")
     ply = read_ply(out / "point_cloud.ply")
     model = Trainer.resume_from(out / "checkpoint.pt").model
     assert torch.equal(ply["means"], model.splats["means"].detach())

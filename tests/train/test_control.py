@@ -123,7 +123,8 @@ def test_ctrl_c_mid_step_finishes_the_step_and_saves_a_checkpoint(make_scene, tm
 
 def test_second_ctrl_c_abandons_the_step_without_touching_the_model(make_scene) -> None:
     data = make_scene()
-    trainer = Trainer(data, TrainConfig(steps=100), renderer=InterruptingRenderer(at=2, times=2))
+    config = TrainConfig(steps=100, random_background=True)
+    trainer = Trainer(data, config, renderer=InterruptingRenderer(at=2, times=2))
     trainer.run(2)
     before = {k: v.detach().clone() for k, v in trainer.model.splats.items()}
     with pytest.raises(KeyboardInterrupt):
@@ -132,6 +133,10 @@ def test_second_ctrl_c_abandons_the_step_without_touching_the_model(make_scene) 
     assert all(torch.equal(before[k], trainer.model.splats[k]) for k in before)
     trainer.run(1)  # the trainer is still usable
     assert trainer.step_count == 3
+    # and the abandoned step left no trace, not even in the random streams
+    reference = Trainer(data, TrainConfig(steps=100, random_background=True))
+    reference.run(3)
+    assert same_params(reference, trainer)
 
 
 def test_ctrl_c_during_a_single_step_is_raised_after_it(make_scene) -> None:

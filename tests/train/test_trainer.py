@@ -20,13 +20,10 @@ def test_fox_short_run_lowers_loss_and_raises_test_psnr(fox_path: Path, tmp_path
     data = dataclasses.replace(full, views=full.views[:5], train_ids=[1, 2, 3, 4], test_ids=[0])
     trainer = Trainer(data, TrainConfig(steps=20, max_init_points=600, sh_degree=0))
     before = trainer.evaluate()
-    train_before = trainer.evaluate("train")
     trainer.run()
     after = trainer.evaluate()
-    train_after = trainer.evaluate("train")
     assert after.psnr > before.psnr + 2.0, (before.summary(), after.summary())
-    assert train_after.psnr > train_before.psnr + 2.0
-    losses = [m.loss for m in trainer.history]
+    losses = [m.loss for m in trainer.history]  # one epoch = the 4 training views
     assert sum(losses[-4:]) < 0.8 * sum(losses[:4])
     assert trainer.step_count == 20 and len(trainer.history) == 20
 

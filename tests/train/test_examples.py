@@ -1,0 +1,59 @@
+"""The docstring examples of gsnb.train run and show what they print.
+
+Method examples speak of ``trainer``: a small trainer on a 4-view synthetic scene
+of 16 x 16 px (view 0 held out), made fresh for each module that uses one.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import tempfile
+
+import pytest
+
+from gsnb.data.dataset import load_dataset
+from gsnb.data.synthetic import make_synthetic_scene
+from gsnb.train import TrainConfig, Trainer
+
+MODULES = [
+    "gsnb.train",
+    "gsnb.train.checkpoint",
+    "gsnb.train.commands",
+    "gsnb.train.config",
+    "gsnb.train.control",
+    "gsnb.train.evaluation",
+    "gsnb.train.health",
+    "gsnb.train.interrupts",
+    "gsnb.train.knobs",
+    "gsnb.train.losses",
+    "gsnb.train.memory",
+    "gsnb.train.metrics",
+    "gsnb.train.optim",
+    "gsnb.train.regularizers",
+    "gsnb.train.trainer",
+    "gsnb.train.strategy",
+    "gsnb.train.strategy.base",
+    "gsnb.train.strategy.default",
+    "gsnb.train.strategy.mcmc",
+    "gsnb.train.strategy.ops",
+    "gsnb.model",
+]
+
+
+NEEDS_TRAINER = {"gsnb.train.trainer", "gsnb.train.control", "gsnb.train.commands"}
+
+
+def small_trainer() -> Trainer:
+    root = make_synthetic_scene(tempfile.mkdtemp(), num_views=4, size=16, num_points=100)
+    data = load_dataset(root, test_every=4)
+    return Trainer(data, TrainConfig(steps=10_000, max_init_points=100))
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    module = importlib.import_module(name)
+    extra = {"trainer": small_trainer()} if name in NEEDS_TRAINER else {}
+    result = doctest.testmod(module, extraglobs=extra, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0, f"{name} has no examples"
+    assert result.failed == 0

@@ -29,6 +29,7 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+    "--disable-dev-shm-usage",  # containers often have a small /dev/shm
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 STEPS = 3000

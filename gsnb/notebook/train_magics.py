@@ -95,7 +95,7 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
             )
         dataset = load_dataset(path, downscale=args.downscale, test_every=args.test_every)
     config = TrainConfig(
-        data=None if path is None else str(path),
+        data=None if path is None else str(path.resolve()),
         downscale=args.downscale,
         test_every=args.test_every,
         steps=args.steps,

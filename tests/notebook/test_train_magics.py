@@ -32,7 +32,7 @@ def test_trains_a_folder_in_the_background_and_shows_the_panel(shell, scene_root
     assert "TrainingPanel(Trainer(" in capsys.readouterr().out  # shown (as text in a terminal)
     trainer.wait(60)
     assert trainer.step_count == 4 and trainer.status == "finished"
-    assert trainer.config.data == str(scene_root) and len(trainer.dataset.test) == 2
+    assert trainer.config.data == str(scene_root.resolve()) and len(trainer.dataset.test) == 2
     assert trainer.config.sh_degree == 1 and trainer.model.sh_degree == 1
 
 

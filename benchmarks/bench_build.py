@@ -4,8 +4,12 @@ Each measurement runs in a fresh Python process (timed inside it, after ``import
 torch``), so the numbers are what a new notebook kernel sees:
 
 1. gsnb cold: ``gsnb.build.build(jobs=16)`` into an empty cache (includes the smoke test);
-   then a second ``build()`` in the same process.
-2. gsnb warm, new process: ``build()`` (cache hit + smoke test) and ``load_cached()``.
+   then a second ``build()`` in the same process. Reports each compile step's start and
+   end from ninja's ``.ninja_log`` (are the units compiled in parallel? which is slowest?).
+2. gsnb warm, new process: ``build()`` (cache hit; the smoke test passed in 1. and is
+   not run again), the seconds of each phase and the processes it started; then
+   ``build(verify=True)`` (cache hit + smoke test, the first CUDA work of the process)
+   and ``load_cached()``.
 3. gsplat cold (when ``import gsplat`` works): its first ``gsplat.rasterization`` call,
    which JIT-compiles its CUDA sources with ``MAX_JOBS=16`` into an empty
    ``TORCH_EXTENSIONS_DIR``, then a second call.
@@ -35,6 +39,7 @@ JOBS = 16
 
 def child_gsnb_cold(cache: str) -> dict:
     import gsnb.build
+    from gsnb.build.ninja_log import read_steps
 
     start = time.perf_counter()
     first = gsnb.build.build(jobs=JOBS, cache_dir=cache, progress=False)
@@ -45,8 +50,12 @@ def child_gsnb_cold(cache: str) -> dict:
     return {
         "cold_s": cold,
         "cold_cached": first.cached,
+        "cold_phases_s": first.timings,
         "archs": first.archs,
         "smoke": first.smoke.message if first.smoke else None,
+        "nvcc_flags": first.manifest.get("flags", {}).get("nvcc"),
+        "toolchain": first.manifest.get("toolchain"),
+        "steps": [[s.target, s.start, s.end, s.seconds] for s in read_steps(first.folder)],
         "warm_same_process_s": warm,
         "warm_cached": second.cached,
     }
@@ -54,14 +63,26 @@ def child_gsnb_cold(cache: str) -> dict:
 
 def child_gsnb_warm(cache: str) -> dict:
     os.environ["GSNB_CACHE_DIR"] = cache
+    start = time.perf_counter()
     import torch
 
-    torch.cuda.init()  # CUDA context start-up is not part of the build
+    imported = time.perf_counter() - start
+    start = time.perf_counter()
+    torch.cuda.init()  # CUDA start-up is not part of the build
+    cuda_init = time.perf_counter() - start
+    start = time.perf_counter()
     import gsnb.build
 
+    imported_gsnb = time.perf_counter() - start
+    started: list[str] = []
+    sys.addaudithook(lambda e, a: e == "subprocess.Popen" and started.append(str(a[1][0])))
     start = time.perf_counter()
     result = gsnb.build.build(cache_dir=cache, progress=False)
     warm = time.perf_counter() - start
+    warm_started = list(started)
+    start = time.perf_counter()
+    verified = gsnb.build.build(cache_dir=cache, progress=False, verify=True)
+    warm_verify = time.perf_counter() - start
     from gsnb.render import cuda
 
     cuda.set_extension(None)
@@ -69,9 +90,18 @@ def child_gsnb_warm(cache: str) -> dict:
     module = gsnb.build.load_cached()
     loaded = time.perf_counter() - start
     return {
+        "import_torch_s": imported,
+        "cuda_init_s": cuda_init,
+        "import_gsnb_build_s": imported_gsnb,
         "warm_new_process_s": warm,
+        "warm_phases_s": result.timings,
+        "warm_processes_started": warm_started,
         "warm_cached": result.cached,
         "smoke": result.smoke.message if result.smoke else None,
+        "smoke_from_record": bool(result.smoke and result.smoke.recorded is not None),
+        "warm_verify_s": warm_verify,
+        "warm_verify_phases_s": verified.timings,
+        "verify_smoke": verified.smoke.message if verified.smoke else None,
         "load_cached_s": loaded,
         "load_cached_found": module is not None,
     }

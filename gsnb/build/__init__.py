@@ -2,14 +2,17 @@
 
 :func:`build` discovers the GPU, driver, torch, CUDA toolkit, host compiler and ninja,
 checks the compatibility rules, compiles ``csrc/`` for the GPU's architecture into a
-cache keyed by sources, flags, architecture, torch and CUDA versions, loads the
-module and smoke-tests it on the GPU. :func:`load_cached` only loads a finished
-build. ``%gs_build`` / ``%gs_doctor`` and ``gsnb build`` / ``gsnb doctor`` drive them.
+cache keyed by sources, flags, architecture, torch, CUDA and compiler versions, loads
+the module and smoke-tests it on the GPU. :func:`load_cached` only loads a finished
+build. A cache hit starts no process and, once the smoke test has passed on this GPU,
+does not run it again. ``%gs_build`` / ``%gs_doctor`` and ``gsnb build`` / ``gsnb
+doctor`` drive them.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 import types
 import warnings
 from pathlib import Path
@@ -45,6 +48,7 @@ def build(
     *,
     force: bool = False,
     clean: bool = False,
+    verify: bool = False,
     verbose: bool = False,
     jobs: int | None = None,
     progress: bool = True,
@@ -53,11 +57,16 @@ def build(
 ) -> BuildResult:
     """Build (or reuse) the CUDA rasterizer, load it, and smoke-test it on the GPU.
 
+    A passed smoke test is recorded in the build's manifest for this GPU, driver and
+    torch; a later cache hit in the same situation does not run it again (its first
+    CUDA use costs seconds) unless ``verify`` asks for it.
+
     Args:
         arch: target compute capabilities, e.g. ``"9.0"``, ``"8.0,9.0"`` or
             ``"8.6+PTX"``; default: those of the GPUs this process sees.
         force: rebuild even when a cached build matches.
         clean: remove every cached build first, then build.
+        verify: run the smoke test even when it passed before on this GPU.
         verbose: echo the compiler's output while it runs.
         jobs: parallel compile jobs (default: CPUs, capped by free memory; ``MAX_JOBS``).
         progress: show a progress bar (step count, elapsed time).
@@ -66,7 +75,8 @@ def build(
 
     Returns:
         A :class:`BuildResult`: the module, its cache folder and log, whether it was
-        a cache hit, and the smoke test's result (skipped without a GPU).
+        a cache hit, the smoke test's result (skipped without a GPU; read from the
+        record when it passed before) and the seconds of each phase.
 
     Raises:
         BuildError: names the cause and the fix (``str(err)``); ``err.log`` is the
@@ -78,6 +88,7 @@ def build(
         >>> result.cached, result.smoke.status  # doctest: +SKIP
         (True, 'passed')
     """
+    start = time.perf_counter()
     result = build_extension(
         Path(sources_dir) if sources_dir is not None else default_sources_dir(),
         cache_dir=Path(cache_dir) if cache_dir is not None else None,
@@ -90,9 +101,14 @@ def build(
         progress=progress,
     )
     _register(result.module)
-    from gsnb.build.smoke import smoke_test
+    from gsnb.build.smoke_records import gpu_identity, smoke_checked
 
-    result.smoke = smoke_test(built_for=", ".join(result.archs))
+    smoke_start = time.perf_counter()
+    result.smoke, result.manifest = smoke_checked(
+        result.folder, result.manifest, result.archs, gpu_identity(), verify=verify
+    )
+    result.timings["smoke"] = time.perf_counter() - smoke_start
+    result.seconds = time.perf_counter() - start
     if not result.smoke.ok:
         _register(None)
         diagnoses = [result.smoke.diagnosis] if result.smoke.diagnosis else []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -33,8 +34,11 @@ from gsnb.build.gpus import torch_gpus
 from gsnb.build.host import Host
 from gsnb.build.jit import JitRequest, compile_module
 from gsnb.build.loader import add_dll_directories, dll_directories, load_module
+from gsnb.build.ninja_log import step_seconds
+from gsnb.build.probes import PROBES_FILE, ProbeMemo
 from gsnb.build.progress import BuildProgress
 from gsnb.build.result import BuildError, BuildResult
+from gsnb.build.toolchain import Toolchain, find_toolchain
 from gsnb.build.toolkit import Toolkit
 
 PREFIX = "gsnb_csrc"
@@ -68,11 +72,13 @@ def flags_payload(flags: BuildFlags) -> dict[str, list[str]]:
 
 @dataclass(frozen=True)
 class Plan:
-    """Where a build of given sources and architectures lives, found without a compiler.
+    """Where a build of given sources and architectures lives, found without compiling.
 
     Attributes:
         archs: target architectures; given: whether they came from ``arch``.
-        flags: every compiler flag; fingerprint: hash of all but the architectures.
+        flags: every compiler flag; fingerprint: hash of all but the architectures
+            and the toolchain.
+        toolchain: the compilers' versions.
         key: the cache key; name: the module name; folder: the build folder.
     """
 
@@ -80,33 +86,71 @@ class Plan:
     given: bool
     flags: BuildFlags
     fingerprint: str
+    toolchain: Toolchain
     key: str
     name: str
     folder: Path
 
+    def with_toolchain(self, toolchain: Toolchain) -> Plan:
+        """The same build made with ``toolchain`` (another key, name and folder)."""
+        key = build_key(self.fingerprint, [str(a) for a in self.archs], toolchain.key())
+        name = module_name(self.name.rsplit("_", 1)[0], key)
+        return dataclasses.replace(
+            self, toolchain=toolchain, key=key, name=name, folder=self.folder.parent / name
+        )
+
 
 def plan_build(
-    sources_dir: Path, cache_dir: Path, arch: str | list[str] | None, prefix: str, host: Host
+    sources_dir: Path,
+    cache_dir: Path,
+    arch: str | list[str] | None,
+    prefix: str,
+    host: Host,
+    toolchain: Toolchain,
 ) -> Plan:
     """Compute the cache key and folder of a build (hashes files; starts no process)."""
     archs, given = resolve_archs(arch, torch_gpus())
     flags = BuildFlags.for_archs(archs, msvc=host.windows)
     fp = fingerprint(sources_dir, flags_payload(flags), torch.__version__, torch.version.cuda)
-    key = build_key(fp, [str(a) for a in archs])
+    key = build_key(fp, [str(a) for a in archs], toolchain.key())
     name = module_name(prefix, key)
-    return Plan(archs, given, flags, fp, key, name, cache_dir / name)
+    return Plan(archs, given, flags, fp, toolchain, key, name, cache_dir / name)
 
 
 def find_cached(plan: Plan, cache_dir: Path, prefix: str) -> CachedBuild | None:
-    """The exact cached build of ``plan``; for GPU-derived targets, any that runs on the GPUs."""
-    exact = complete_build(plan.folder, plan.key)
-    if exact is not None or plan.given:
-        return exact
+    """The cached build of ``plan``: its exact key; for GPU-derived targets, any build of
+    the same sources, flags and toolchain that runs on the GPUs.
+
+    Without a complete toolchain (no nvcc here: nothing could be built anyway) the
+    toolchain is not compared: any build of the same sources, flags and torch is used.
+    """
+    if plan.toolchain.known:
+        exact = complete_build(plan.folder, plan.key)
+        if exact is not None or plan.given:
+            return exact
     caps = [(a.major, a.minor) for a in plan.archs]
     if not caps:
         return None
-    found = compatible_builds(cache_dir, prefix, plan.fingerprint, caps)
-    return found[0] if found else None
+    wanted = sorted(str(a) for a in plan.archs)
+    for found in compatible_builds(cache_dir, prefix, plan.fingerprint, caps):
+        if plan.given and sorted(found.archs) != wanted:
+            continue
+        if plan.toolchain.known and found.manifest.get("toolchain") != plan.toolchain.key():
+            continue
+        return found
+    return None
+
+
+def _toolchain_change(plan: Plan, cache_dir: Path, prefix: str) -> str | None:
+    """A note when a build of the same sources exists for other compiler versions."""
+    caps = [(a.major, a.minor) for a in plan.archs]
+    for found in compatible_builds(cache_dir, prefix, plan.fingerprint, caps) if caps else []:
+        old = found.manifest.get("toolchain")
+        if isinstance(old, dict) and old != plan.toolchain.key():
+            was = ", ".join(f"{k} {v}" for k, v in sorted(old.items()))
+            now = ", ".join(f"{k} {v}" for k, v in sorted(plan.toolchain.key().items()))
+            return f"the compilers changed since the cached build {found.name} ({was} -> {now})"
+    return None
 
 
 def _cudart_link_dir(toolkit: Toolkit, cache_dir: Path) -> Path | None:
@@ -246,20 +290,34 @@ def build_extension(
         sources-missing
     """
     start = time.perf_counter()
+    clock = _Laps()
     host = host or Host.current()
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(host.env)
     notes: list[str] = []
     if clean:
         removed = clean_cache(cache_dir, prefix)
         notes.append(f"removed {removed} cached build(s) from {cache_dir}")
-    plan = plan_build(sources_dir, cache_dir, arch, prefix, host)
+    # Tools' answers are reused while their files are unchanged: no process on a cache hit.
+    probes = ProbeMemo(cache_dir / PROBES_FILE)
+    host = dataclasses.replace(host, probes=probes)
+    toolchain = find_toolchain(host, torch.version.cuda)
+    plan = plan_build(sources_dir, cache_dir, arch, prefix, host, toolchain)
+    clock.lap("plan")
     if not force and source_files(sources_dir):
         hit = find_cached(plan, cache_dir, prefix)
         module = _load_cached(hit, notes) if hit is not None else None
+        clock.lap("load")
         if hit is not None and module is not None:
-            return _result(module, hit, True, start, notes)
+            probes.save()
+            if not toolchain.known:
+                notes.append(f"reused {hit.name}: no complete toolchain was found ({toolchain})")
+            return _result(module, hit, True, start, notes, clock.laps)
 
+    probes.refresh = True  # a build sees the tools as they are now
     env = discover(arch, cache_dir=cache_dir, sources_dir=sources_dir, host=host)
+    probes.save()
+    plan = plan.with_toolchain(env.toolchain())
+    clock.lap("discover")
     failures = env.failures()
     if failures:
         diagnoses = [c.diagnosis for c in failures if c.diagnosis is not None]
@@ -280,11 +338,14 @@ def build_extension(
         done = None if force else complete_build(plan.folder, plan.key)
         module = _load_cached(done, notes) if done is not None else None
         if done is not None and module is not None:
-            return _result(module, done, True, start, notes)
+            return _result(module, done, True, start, notes, clock.laps)
         if plan.folder.exists():
             if not force:
                 notes.append(str(diagnose("half-built", build_dir=plan.folder)))
             shutil.rmtree(plan.folder)
+        elif not force:
+            change = _toolchain_change(plan, cache_dir, prefix)
+            notes += [change] if change else []
         module = _compile(request, env, plan, jobs, verbose, progress)
         after = fingerprint(
             sources_dir, flags_payload(plan.flags), torch.__version__, torch.version.cuda
@@ -293,10 +354,24 @@ def build_extension(
             raise BuildError(
                 "the build is not cached", [diagnose("sources-changed", sources=sources_dir)]
             )
+        clock.lap("compile")
         manifest = _manifest(env, plan, request, jobs, time.perf_counter() - start)
         write_manifest(plan.folder, manifest)
     sys.modules[plan.name] = module
-    return _result(module, CachedBuild(plan.folder, manifest), False, start, notes)
+    return _result(module, CachedBuild(plan.folder, manifest), False, start, notes, clock.laps)
+
+
+class _Laps:
+    """Seconds spent in each named phase, measured from the previous lap."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self._last
+        self._last = now
 
 
 def _compile(
@@ -355,13 +430,21 @@ def _manifest(
         "toolkit": str(toolkit.root) if toolkit else None,
         "nvcc": ".".join(map(str, env.nvcc)) if env.nvcc else None,
         "host_compiler": str(env.nvcc_compiler) if env.nvcc_compiler else None,
+        "toolchain": plan.toolchain.key(),
         "flags": {"nvcc": request.nvcc_flags, "host": request.host_flags, "ld": request.ldflags},
         "sources": [p.name for p in request.sources],
+        "step_seconds": step_seconds(plan.folder),
+        "smoke": [],
     }
 
 
 def _result(
-    module: Any, build: CachedBuild, cached: bool, start: float, notes: list[str]
+    module: Any,
+    build: CachedBuild,
+    cached: bool,
+    start: float,
+    notes: list[str],
+    timings: dict[str, float],
 ) -> BuildResult:
     return BuildResult(
         module=module,
@@ -373,4 +456,6 @@ def _result(
         cached=cached,
         seconds=time.perf_counter() - start,
         notes=notes,
+        timings=dict(timings),
+        manifest=dict(build.manifest),
     )

@@ -1,7 +1,8 @@
 """The build cache: where builds live, their keys, their manifests and their locks.
 
 Each build lives in ``<cache>/<name>/`` where ``name`` ends in the first 12 hex digits
-of a SHA-256 key over the sources, flags, architectures, torch and CUDA versions. A
+of a SHA-256 key over the sources, flags, architectures, torch and CUDA versions and
+the versions of nvcc and the host compilers. A
 build is complete only once its manifest (``gsnb-build.json``, written atomically and
 last) names a library file of the recorded size; anything else in the folder is a
 half-finished build.
@@ -104,9 +105,19 @@ def fingerprint(
     )
 
 
-def build_key(fingerprint_hex: str, archs: list[str]) -> str:
-    """The cache key: the fingerprint plus the target architectures."""
-    return _digest({"fingerprint": fingerprint_hex, "archs": sorted(archs)})
+def build_key(
+    fingerprint_hex: str, archs: list[str], toolchain: Mapping[str, Any] | None = None
+) -> str:
+    """The cache key: the fingerprint plus the target architectures and the compilers' versions.
+
+    Example:
+        >>> a = build_key("f", ["9.0"], {"nvcc": "13.0.88"})
+        >>> a != build_key("f", ["9.0"], {"nvcc": "13.1.80"}) and a != build_key("f", ["8.0"])
+        True
+    """
+    return _digest(
+        {"fingerprint": fingerprint_hex, "archs": sorted(archs), "toolchain": dict(toolchain or {})}
+    )
 
 
 def module_name(prefix: str, key: str) -> str:

@@ -25,13 +25,18 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_build_arguments(parser: argparse.ArgumentParser) -> None:
-    """The build options: ``--force --clean --verbose --jobs N --no-progress``."""
+    """The build options: ``--force --clean --verify --verbose --jobs N --no-progress``."""
     add_target_arguments(parser)
     parser.add_argument(
         "--force", action="store_true", help="rebuild even when a cached build matches"
     )
     parser.add_argument(
         "--clean", action="store_true", help="remove all cached builds first, then build"
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="run the GPU smoke test even when this build passed it before on this GPU",
     )
     parser.add_argument(
         "--verbose", action="store_true", help="show the compiler's output as it runs"
@@ -98,6 +103,7 @@ def build(args: argparse.Namespace) -> int:
             args.arch,
             force=args.force,
             clean=args.clean,
+            verify=args.verify,
             verbose=args.verbose,
             jobs=args.jobs,
             progress=not args.no_progress,

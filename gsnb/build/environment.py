@@ -17,6 +17,7 @@ from gsnb.build.flags import Arch, cxx_standard, parse_arch_list
 from gsnb.build.gpus import GPU, driver_version, smi_gpus, torch_gpus
 from gsnb.build.host import Host
 from gsnb.build.rules import Check
+from gsnb.build.toolchain import HostCompilers, Toolchain, host_compilers
 from gsnb.build.toolkit import (
     ToolkitChoice,
     ToolkitSearch,
@@ -24,15 +25,7 @@ from gsnb.build.toolkit import (
     find_toolkits,
     torch_guess,
 )
-from gsnb.build.tools import (
-    Compiler,
-    Ninja,
-    cxx_compiler,
-    find_ninja,
-    gcc_alternatives,
-    nvcc_host_compiler,
-    nvcc_version,
-)
+from gsnb.build.tools import Compiler, Ninja, cxx_compiler, find_ninja, nvcc_version
 
 
 def resolve_archs(arch: str | list[str] | None, gpus: list[GPU]) -> tuple[list[Arch], bool]:
@@ -190,6 +183,11 @@ class Environment:
             )
         return items
 
+    def toolchain(self) -> Toolchain:
+        """The compiler versions this environment would build with (part of the cache key)."""
+        compilers = HostCompilers(self.nvcc_compiler, self.alternative, self.host_config_limits)
+        return Toolchain.of(self.nvcc, compilers, self.cxx, self.choice.toolkit)
+
     def failures(self) -> list[Check]:
         """The checks that stop a build."""
         return [c for c in self.checks() if c.status == "fail"]
@@ -261,18 +259,7 @@ def discover(
     choice = choose_toolkit(search, torch.version.cuda)
     toolkit = choice.toolkit
     nvcc = nvcc_version(toolkit.nvcc, host) if toolkit else None
-    limits: tuple[int | None, int | None] = (None, None)
-    if toolkit is not None:
-        text = host.read_text(toolkit.include_dir / "crt" / "host_config.h", 200_000)
-        limits = rules.limits_from_host_config(text) if text else limits
-    compiler = nvcc_host_compiler(host)
-    alternative = None
-    if compiler is not None and compiler.kind == "gcc" and nvcc is not None:
-        newest = limits[0] or rules.host_limits(nvcc).max_gcc
-        if compiler.version[0] > newest:
-            alternative = next(
-                (c for c in gcc_alternatives(host) if 9 <= c.version[0] <= newest), None
-            )
+    compilers = host_compilers(host, toolkit, nvcc)
     return Environment(
         host=host,
         torch_version=torch.__version__,
@@ -284,9 +271,9 @@ def discover(
         choice=choice,
         guess=torch_guess(host),
         nvcc=nvcc,
-        nvcc_compiler=compiler,
-        alternative=alternative,
-        host_config_limits=limits,
+        nvcc_compiler=compilers.default,
+        alternative=compilers.alternative,
+        host_config_limits=compilers.limits,
         cxx=cxx_compiler(host),
         ninja=find_ninja(host),
         archs=archs,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import re
+import sys
 from dataclasses import dataclass
 
 from gsnb.build.host import Host
@@ -85,3 +87,25 @@ def driver_version(host: Host) -> str | None:
         if match:
             return match.group(1)
     return smi_gpus(host)[1]
+
+
+def cuda_driver_api() -> int | None:
+    """The CUDA version the installed driver supports (``13000`` for 13.0), or None.
+
+    Asks the driver library itself (``cuDriverGetVersion``: no process, no GPU context).
+
+    Example:
+        >>> version = cuda_driver_api()
+        >>> version is None or version >= 1000
+        True
+    """
+    names = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.dylib")
+    for name in names:
+        try:
+            library = ctypes.CDLL(name)
+        except OSError:
+            continue
+        version = ctypes.c_int(0)
+        if library.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value > 0:
+            return version.value
+    return None

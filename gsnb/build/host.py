@@ -16,6 +16,10 @@ import sysconfig
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gsnb.build.probes import ProbeMemo
 
 
 def _default_site_packages() -> tuple[Path, ...]:
@@ -43,6 +47,7 @@ class Host:
             ``ninja`` (not on ``PATH`` when a kernel runs a venv's Python directly).
         persistent_env: on Windows, the user and system variables stored in the
             registry (what a newly started shell would see); None elsewhere.
+        probes: where :meth:`probe` remembers tools' answers (None: always run them).
 
     Example:
         >>> host = Host.current()
@@ -58,6 +63,7 @@ class Host:
     site_packages: tuple[Path, ...] = field(default_factory=_default_site_packages)
     scripts_dir: Path | None = field(default_factory=lambda: Path(sysconfig.get_path("scripts")))
     persistent_env: Mapping[str, str] | None = None
+    probes: ProbeMemo | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def current(cls) -> Host:
@@ -127,6 +133,15 @@ class Host:
         except (OSError, subprocess.SubprocessError):
             return None
         return done.returncode, done.stdout.decode(errors="replace")
+
+    def probe(self, command: list[str]) -> tuple[int, str] | None:
+        """:meth:`run` for a tool asked about itself (``[tool, "--version"]``).
+
+        With :attr:`probes` set, the answer is reused while the tool's file is unchanged.
+        """
+        if self.probes is None:
+            return self.run(command)
+        return self.probes.answer(command, self.run)
 
     def read_text(self, path: Path, limit: int = 65536) -> str | None:
         """At most ``limit`` characters of a text file, or None when unreadable."""

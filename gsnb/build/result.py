@@ -6,6 +6,7 @@ import html
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gsnb.build.catalogue import Diagnosis
 from gsnb.build.smoke import SmokeResult
@@ -28,6 +29,8 @@ class BuildResult:
         seconds: wall time of the whole call.
         smoke: the smoke test's result (None when not run).
         notes: things gsnb noticed and fixed by itself (stale lock, half-built cache, ...).
+        timings: seconds per phase (``plan``, ``load``, ``discover``, ``compile``, ``smoke``).
+        manifest: the build's manifest as read or written (flags, toolchain, smoke records).
 
     Example:
         >>> r = BuildResult(types.ModuleType("m"), "m", "ab" * 32, ["9.0"], Path("/c/m"),
@@ -46,6 +49,8 @@ class BuildResult:
     seconds: float
     smoke: SmokeResult | None = None
     notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def summary(self) -> str:
         """One line: module, architectures, cache hit or build time, folder."""

@@ -26,6 +26,8 @@ class SmokeResult:
         message: one sentence for the user.
         max_error: largest absolute difference from the reference (when it ran).
         diagnosis: the catalogue entry of a failure.
+        recorded: when the test ran (seconds since the epoch) if this result was read
+            from the build's record of an earlier run on the same GPU, else None.
 
     Example:
         >>> SmokeResult("skipped", "no GPU").ok
@@ -36,6 +38,7 @@ class SmokeResult:
     message: str
     max_error: float | None = None
     diagnosis: Diagnosis | None = None
+    recorded: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -19,7 +19,7 @@ def nvcc_version(nvcc: Path, host: Host) -> tuple[int, int, int] | None:
         >>> nvcc_version(Path("/nonexistent/nvcc"), Host.current()) is None
         True
     """
-    answer = host.run([str(nvcc), "--version"])
+    answer = host.probe([str(nvcc), "--version"])
     if answer is None:
         return None
     match = _NVCC_RELEASE.search(answer[1])
@@ -64,7 +64,7 @@ def probe_compiler(path: Path, host: Host, found_by: str) -> Compiler | None:
         >>> probe_compiler(Path("/nonexistent/gcc"), Host.current(), "PATH") is None
         True
     """
-    answer = host.run([str(path), "--version"])
+    answer = host.probe([str(path), "--version"])
     if answer is None or not answer[1].strip():
         return None
     text = answer[1]
@@ -96,7 +96,7 @@ def probe_msvc(path: Path, host: Host, found_by: str) -> Compiler | None:
     ``kind`` is ``"msvc"`` for the x64 compiler and ``"msvc-x86"`` (or the target
     named) for a compiler that builds other targets.
     """
-    answer = host.run([str(path)])
+    answer = host.probe([str(path)])
     match = _MSVC.search(answer[1]) if answer else None
     if match is None:
         return None
@@ -205,7 +205,7 @@ def find_ninja(host: Host) -> Ninja | None:
     if host.scripts_dir is not None:
         candidates.append((host.scripts_dir / host.exe("ninja"), False))
     for path, is_on_path in candidates:
-        answer = host.run([str(path), "--version"]) if path.is_file() else None
+        answer = host.probe([str(path), "--version"]) if path.is_file() else None
         if answer is not None and answer[0] == 0:
             return Ninja(
                 path, answer[1].strip().splitlines()[0] if answer[1].strip() else "?", is_on_path

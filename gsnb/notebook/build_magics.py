@@ -42,8 +42,9 @@ def magic_parser(
 BUILD_PARSER = magic_parser(
     "%gs_build",
     "Build the CUDA rasterizer for the GPU of this kernel (a cache hit when nothing "
-    "changed), load it and smoke-test it on the GPU. On failure, one message names the "
-    "cause and the fix, with the compiler log one click away.",
+    "changed), load it and smoke-test it on the GPU (once per GPU, driver and torch; "
+    "--verify runs it again). On failure, one message names the cause and the fix, with "
+    "the compiler log one click away.",
     add_build_arguments,
 )
 DOCTOR_PARSER = magic_parser(
@@ -75,6 +76,7 @@ class BuildMagics(Magics):
         %gs_doctor
         %gs_build
         %gs_build --arch 8.0,9.0 --jobs 8 --verbose
+        %gs_build --verify
     """
 
     @line_magic
@@ -88,6 +90,7 @@ class BuildMagics(Magics):
                 args.arch,
                 force=args.force,
                 clean=args.clean,
+                verify=args.verify,
                 verbose=args.verbose,
                 jobs=args.jobs,
                 progress=not args.no_progress,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,13 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from gsnb.build.builder import build_extension
+from gsnb.build.builder import build_extension, find_cached, plan_build
 from gsnb.build.cache import MANIFEST
 from gsnb.build.catalogue import recognise
 from gsnb.build.host import Host
 from gsnb.build.jit import JitRequest, compile_module
+from gsnb.build.probes import file_identity
 from gsnb.build.result import BuildError
+from gsnb.build.toolchain import find_toolchain
 from gsnb.build.toolkit import find_toolkits, torch_guess
 
 pytestmark = pytest.mark.skipif(
@@ -65,6 +69,12 @@ def test_cold_build_compiles_links_loads_and_logs(tiny):
     assert "[1/3]" in log and "[3/3]" in log and "-gencode=arch=compute_80,code=sm_80" in log
     manifest = json.loads((result.folder / MANIFEST).read_text())
     assert manifest["archs"] == [ARCH] and manifest["key"] == result.key
+    assert manifest["toolchain"] == find_toolchain(Host.current(), torch.version.cuda).key()
+    assert manifest["toolchain"]["nvcc"] and manifest["smoke"] == []
+    steps = manifest["step_seconds"]
+    assert set(steps) == {"kernel.cuda.o", "ext.o", f"{result.name}.so"}
+    assert all(seconds > 0 for seconds in steps.values())
+    assert set(result.timings) == {"plan", "load", "discover", "compile"}
 
 
 def test_second_call_is_a_cache_hit_in_well_under_a_second(tiny):
@@ -77,20 +87,53 @@ def test_second_call_is_a_cache_hit_in_well_under_a_second(tiny):
     assert time.perf_counter() - start < 1.0
 
 
-def test_cache_hit_in_a_fresh_process(tiny):
+def test_cache_hit_in_a_fresh_process_starts_no_tool(tiny):
     sources, cache_dir, _ = tiny
     code = (
-        "import time, json, pathlib; from gsnb.build.builder import build_extension;"
+        "import sys, time, json, pathlib; from gsnb.build.builder import build_extension;"
+        "started = [];"
+        "sys.addaudithook(lambda e, a: e == 'subprocess.Popen' and started.append(a[1][0]));"
         "t = time.perf_counter();"
         f"r = build_extension(pathlib.Path({str(sources)!r}),"
         f" cache_dir=pathlib.Path({str(cache_dir)!r}),"
         f" arch={ARCH!r}, prefix='gsnb_tiny', progress=False);"
-        "print(json.dumps([r.cached, time.perf_counter() - t, r.module.add_one(1)]))"
+        "print(json.dumps([r.cached, time.perf_counter() - t, r.module.add_one(1), started]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    cached, seconds, value = json.loads(out.stdout.strip().splitlines()[-1])
+    cached, seconds, value, started = json.loads(out.stdout.strip().splitlines()[-1])
     assert cached and value == 2 and seconds < 1.0
+    # Native tools answered from the probes file; only scripts or launchers may run again.
+    assert [tool for tool in started if file_identity(tool) is not None] == []
+
+
+def test_a_new_compiler_version_misses_the_cache(tiny):
+    sources, cache_dir, first = tiny
+    toolchain = find_toolchain(Host.current(), torch.version.cuda)
+    plan = plan_build(sources, cache_dir, ARCH, "gsnb_tiny", Host.current(), toolchain)
+    assert find_cached(plan, cache_dir, "gsnb_tiny").folder == first.folder
+    assert find_cached(dataclasses.replace(plan, given=False), cache_dir, "gsnb_tiny") is not None
+    for change in ({"nvcc": "13.9.99"}, {"host_compiler": "gcc 99.1.0"}, {"cxx": "clang 99.1"}):
+        other = plan.with_toolchain(dataclasses.replace(toolchain, **change))
+        assert other.key != plan.key and other.name.startswith("gsnb_tiny_")
+        assert find_cached(other, cache_dir, "gsnb_tiny") is None
+        assert find_cached(dataclasses.replace(other, given=False), cache_dir, "gsnb_tiny") is None
+
+
+def test_without_compilers_a_matching_build_is_still_used(tiny, tmp_path):
+    sources, cache_dir, first = tiny
+    bare = Host(
+        system="Linux",
+        env={"PATH": str(tmp_path)},
+        usr_local=tmp_path,
+        site_packages=(),
+        scripts_dir=None,
+    )
+    result = build_extension(
+        sources, cache_dir=cache_dir, arch=ARCH, prefix="gsnb_tiny", progress=False, host=bare
+    )
+    assert result.cached and result.folder == first.folder
+    assert "no complete toolchain was found (nvcc ?" in "\n".join(result.notes)
 
 
 def test_stale_lock_and_half_built_cache_are_recovered(tiny, tmp_path):

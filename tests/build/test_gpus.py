@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from gsnb.build import rules
-from gsnb.build.gpus import driver_version, smi_gpus
+from gsnb.build.gpus import cuda_driver_api, driver_version, smi_gpus
 
 SMI = "0, NVIDIA GeForce RTX 5090, 12.0, 32607, 575.57.08\n1, NVIDIA H200, 9.0, 143771, 575.57.08"
 PROC = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 07:09:29 UTC 2025\n"
@@ -38,6 +38,11 @@ def test_driver_version_from_proc_first(fakes, tmp_path, host_factory):
     (tmp_path / "proc" / "driver" / "nvidia" / "version").unlink()
     assert driver_version(host_factory({"PATH": str(smi.parent)})) == "575.57.08"
     assert driver_version(host_factory()) is None
+
+
+def test_the_driver_library_reports_a_cuda_version_or_nothing():
+    version = cuda_driver_api()  # None on a machine without the NVIDIA driver
+    assert version is None or (version >= 10000 and version % 10 == 0)
 
 
 def test_driver_too_old_for_the_cuda_major():

@@ -28,9 +28,14 @@ def test_without_a_gpu_the_smoke_test_is_skipped_with_a_reason():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_build_on_the_gpu_passes_its_smoke_test(tmp_path):
     import gsnb.build
+    from gsnb.build.smoke_records import gpu_identity, recorded_pass
 
     result = gsnb.build.build(cache_dir=tmp_path, progress=False)
     assert result.smoke is not None and result.smoke.status == "passed", result.smoke
-    assert result.smoke.max_error < 1e-3
+    assert result.smoke.max_error < 1e-3 and result.smoke.recorded is None
+    assert recorded_pass(result.manifest, gpu_identity()) is not None
     again = gsnb.build.build(cache_dir=tmp_path, progress=False)
     assert again.cached and again.seconds < 1.0
+    assert again.smoke.status == "passed" and again.smoke.recorded is not None
+    verified = gsnb.build.build(cache_dir=tmp_path, progress=False, verify=True)
+    assert verified.smoke.status == "passed" and verified.smoke.recorded is None

@@ -20,7 +20,7 @@ def shell():
 def test_help_lists_the_options(shell, capsys):
     shell.run_cell("%gs_build?")
     out = capsys.readouterr().out
-    for option in ("--arch", "--force", "--clean", "--verbose", "--jobs"):
+    for option in ("--arch", "--force", "--clean", "--verify", "--verbose", "--jobs"):
         assert option in out
 
 

@@ -26,12 +26,12 @@ PLY_NAME = "point_cloud.ply"
 VIDEO_NAME = "orbit.mp4"
 
 
-def _common_arguments(parser: argparse.ArgumentParser) -> None:
+def _common_arguments(parser: argparse.ArgumentParser, strategy: str = "default") -> None:
     parser.add_argument(
         "--strategy",
         choices=sorted(STRATEGIES),
-        default="default",
-        help="densification: 'default' (3DGS clone/split/prune) or 'mcmc'",
+        default=strategy,
+        help=f"densification: 'default' (3DGS clone/split/prune) or 'mcmc' (default {strategy})",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
@@ -248,13 +248,22 @@ def summary_text(name: str, report: dict[str, Any]) -> str:
 def demo_settings(device: torch.device) -> dict[str, int]:
     """Demo defaults: small and quick with the CPU reference renderer, larger on a GPU.
 
+    ``cap`` bounds the Gaussians of the MCMC strategy, so the run time is known.
+
     Example:
         >>> demo_settings(torch.device("cpu"))["size"]
         64
     """
     if device.type == "cuda":
-        return {"size": 256, "views": 48, "steps": 3000, "points": 5000, "frames": 120}
-    return {"size": 64, "views": 24, "steps": 600, "points": 1500, "frames": 48}
+        return {
+            "size": 256,
+            "views": 48,
+            "steps": 3000,
+            "points": 5000,
+            "cap": 100_000,
+            "frames": 120,
+        }
+    return {"size": 64, "views": 24, "steps": 700, "points": 1500, "cap": 3000, "frames": 48}
 
 
 def demo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -268,12 +277,12 @@ def demo_arguments(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument("--out", default="gsnb-demo", help="output folder (default ./gsnb-demo)")
     parser.add_argument(
-        "--steps", type=int, help="training steps (default 600 on CPU, 3000 on GPU)"
+        "--steps", type=int, help="training steps (default 700 on CPU, 3000 on GPU)"
     )
     parser.add_argument("--size", type=int, help="image size in pixels (default 64 CPU, 256 GPU)")
     parser.add_argument("--views", type=int, help="number of cameras (default 24 CPU, 48 GPU)")
     parser.add_argument("--no-video", action="store_true", help="skip the orbit video")
-    _common_arguments(parser)
+    _common_arguments(parser, strategy="mcmc")
 
 
 def demo_config(
@@ -283,20 +292,14 @@ def demo_config(
 
     Example:
         >>> cfg, schedule = demo_config(600, 0, "cpu", Path("out"))
-        >>> cfg.sh_degree_interval, schedule["refine_start_iter"], schedule["refine_stop_iter"]
-        (200, 100, 450)
+        >>> cfg.sh_degree, schedule["refine_start_iter"], schedule["refine_stop_iter"]
+        (0, 100, 450)
     """
-    config = TrainConfig(
-        steps=steps,
-        seed=seed,
-        device=device,
-        sh_degree=1,
-        sh_degree_interval=max(1, steps // 3),
-        out_dir=str(out),
-    )
+    # The demo scene is diffuse (no view-dependent colour): SH degree 0 suffices.
+    config = TrainConfig(steps=steps, seed=seed, device=device, sh_degree=0, out_dir=str(out))
     schedule = {
         "refine_start_iter": steps // 6,
-        "refine_every": max(50, steps // 12),
+        "refine_every": max(50, steps // 60),
         "refine_stop_iter": steps * 3 // 4,
     }
     return config, schedule
@@ -328,7 +331,8 @@ def demo(args: argparse.Namespace) -> int:
         )
         data = load_dataset(root, test_every=8)
         config, schedule = demo_config(steps, args.seed, str(device.type), out)
-        strategy = make_strategy(args.strategy, **_strategy_schedule(args.strategy, schedule))
+        settings = _strategy_settings(args.strategy, schedule, preset["cap"])
+        strategy = make_strategy(args.strategy, **settings)
         trainer = Trainer(data, config, strategy=strategy)
     except (OSError, ValueError, RuntimeError) as err:
         print(f"gsnb demo: error: {err}", file=sys.stderr)
@@ -341,9 +345,9 @@ def demo(args: argparse.Namespace) -> int:
     return _train_and_report(trainer, out, "gsnb demo", not args.no_progress, extra=video)
 
 
-def _strategy_schedule(name: str, schedule: dict[str, int]) -> dict[str, int]:
+def _strategy_settings(name: str, schedule: dict[str, int], cap: int) -> dict[str, int]:
     if name == "mcmc":
-        return schedule
+        return schedule | {"cap_max": cap}
     return schedule | {"reset_every": 10**9}  # too short a run to recover from a reset
 
 

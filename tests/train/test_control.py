@@ -155,3 +155,30 @@ def test_signal_handler_is_restored(make_scene) -> None:
     trainer.step()
     assert signal.getsignal(signal.SIGINT) is before
     assert threading.current_thread() is threading.main_thread()
+
+
+class OutOfMemoryRenderer:
+    """gsnb.render, except that call ``at`` fails the way a full GPU does."""
+
+    def __init__(self, at: int) -> None:
+        self.calls = 0
+        self.at = at
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls - 1 == self.at:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+        return gsnb.render(*args, **kwargs)
+
+
+def test_out_of_memory_stops_cleanly_and_keeps_the_last_checkpoint(make_scene, tmp_path) -> None:
+    data = make_scene()
+    config = TrainConfig(steps=10, out_dir=str(tmp_path), checkpoint_every=2)
+    trainer = Trainer(data, config, renderer=OutOfMemoryRenderer(at=3))
+    with pytest.raises(RuntimeError, match="ran out of memory at step 3.*--downscale"):
+        trainer.run()
+    assert trainer.status == "failed" and trainer.step_count == 3
+    saved = Trainer.resume_from(tmp_path / "checkpoint.pt", data)
+    assert saved.step_count == 2  # the last good checkpoint, not overwritten
+    trainer.run()  # the same trainer can go on once memory is freed
+    assert trainer.step_count == 10

@@ -203,3 +203,15 @@ def test_04_export_of_a_checkpoint_along_the_training_cameras(tmp_path: Path) ->
         assert reader.count_frames() == SMALL["04_export"]["frames"]
     finally:
         reader.close()
+
+
+def test_readme_links_resolve() -> None:
+    """The README's pictures, notebooks and result files exist (relative links only)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)\)", readme) + re.findall(r'src="([^"]+)"', readme)
+    local = [t for t in targets if "://" not in t]
+    assert any(t.endswith(".ipynb") for t in local) and any(t.startswith("docs/") for t in local)
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README links to missing files: {missing}"

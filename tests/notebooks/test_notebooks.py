@@ -114,7 +114,7 @@ def test_small_settings_are_parameters(name: str) -> None:
     tagged = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, f"{name} needs exactly one cell tagged 'parameters'"
     declared = set(papermill.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb")))
-    assert "out_dir" in declared or name == "01_setup_and_build"
+    assert "out_dir" in declared
     assert set(SMALL[name]) <= declared, set(SMALL[name]) - declared
 
 
@@ -135,7 +135,10 @@ def test_full_parameters_chain_the_checkpoint(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- execution
 def test_01_setup_and_build(tmp_path: Path) -> None:
-    _, notebook = execute("01_setup_and_build", tmp_path)
+    files, notebook = execute("01_setup_and_build", tmp_path)
+    doctor = json.loads((files / "doctor.json").read_text())
+    assert doctor["torch"]["version"] == torch.__version__
+    assert {c["name"] for c in doctor["checks"]} >= {"torch", "GPU", "CUDA toolkit", "ninja"}
     text = text_of(notebook)
     assert "CUDA toolkit" in text  # the doctor's table
     assert "cannot compile for sm_35" in text  # the failure demo
@@ -215,3 +218,10 @@ def test_readme_links_resolve() -> None:
     assert any(t.endswith(".ipynb") for t in local) and any(t.startswith("docs/") for t in local)
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, f"README links to missing files: {missing}"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_run_full_needs_a_gpu_or_allow_cpu(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert run_full.main(["--out", str(tmp_path / "runs")]) == 1
+    assert "--allow-cpu" in capsys.readouterr().out
+    assert not (tmp_path / "runs").exists()

@@ -8,8 +8,9 @@ and the files it makes (pictures, checkpoint, PLY, video) to ``OUT/<name>/``. No
 exports notebook 03's trained fox when that ran. ``timings.json`` records each notebook's
 wall time. Without a GPU it stops, unless ``--allow-cpu`` runs the notebooks' CPU settings.
 
-The tests (``tests/notebooks``) run the same function, :func:`run_notebook`, with small
-settings.
+Besides gsnb and its dependencies (``pip install -e ".[viewer]"``) it needs papermill and
+ipykernel (both in the ``dev`` extra). The tests (``tests/notebooks``) run the same function,
+:func:`run_notebook`, with small settings.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ def params_equal(a: Trainer, b: Trainer) -> bool:
 
 @pytest.mark.slow
 def test_resume_continues_exactly_like_an_uninterrupted_run(make_scene, tmp_path: Path) -> None:
-    """2000 steps in one go versus 1000, save, load, 1000: bitwise-equal parameters.
+    """2000 steps in one go versus 1000, save, load, 1000: bitwise-equal parameters and Adam.
 
     The run crosses SH degree changes, densification (clone/split/prune), two
     opacity resets and random backgrounds, so every piece of state must survive.
@@ -36,16 +36,15 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(make_scene, tmp_path
                                    grow_grad2d=0.005)  # fmt: skip
         return Trainer(data, config, strategy=strategy)
 
+    # One run of 2000 steps that checkpoints at step 1000 (saving changes nothing) ...
     whole = trainer()
+    whole.run(1000)
+    whole.set(ssim_lambda=0.2)  # a queued knob travels with the checkpoint
+    whole.save_checkpoint(tmp_path / "half.pt")
     whole.run()
     events = [m.events for m in whole.history if m.events]
     assert sum("reset" in e for e in events) == 2 and any("split" in e for e in events)
-
-    first = trainer()
-    first.run(1000)
-    first.set(ssim_lambda=0.2)  # a queued knob travels with the checkpoint
-    first.save_checkpoint(tmp_path / "half.pt")
-    del first
+    # ... against a new trainer that loads the checkpoint and trains the second 1000 steps.
     second = Trainer.resume_from(tmp_path / "half.pt", data)
     assert second.step_count == 1000 and second.pending_knobs == {"ssim_lambda": 0.2}
     second.run()

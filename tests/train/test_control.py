@@ -175,7 +175,7 @@ def test_out_of_memory_stops_cleanly_and_keeps_the_last_checkpoint(make_scene, t
     data = make_scene()
     config = TrainConfig(steps=10, out_dir=str(tmp_path), checkpoint_every=2)
     trainer = Trainer(data, config, renderer=OutOfMemoryRenderer(at=3))
-    with pytest.raises(RuntimeError, match="ran out of memory at step 3.*--downscale"):
+    with pytest.raises(RuntimeError, match=r"ran out of memory at step 3.*--downscale"):
         trainer.run()
     assert trainer.status == "failed" and trainer.step_count == 3
     saved = Trainer.resume_from(tmp_path / "checkpoint.pt", data)

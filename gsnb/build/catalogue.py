@@ -311,13 +311,13 @@ _ENTRIES: list[Entry] = [
     Entry(
         "no-kernel-image",
         "no code for this GPU",
-        "the module has no code for this GPU (sm_{gpu_sm}); it was built for {built}",
+        "the module has no code for this GPU{gpu_sm}; it was built for {built}",
         "rebuild for this GPU: %gs_build --force without --arch (gsnb build --force)",
         (
             r"no kernel image is available for execution on the device",
             r"invalid device function",
         ),
-        {"gpu_sm": "of this GPU", "built": "other architectures"},
+        {"gpu_sm": "", "built": "other architectures"},
     ),
     Entry(
         "symbol-not-defined",
@@ -432,6 +432,10 @@ def recognise(text: str, **context: object) -> list[Diagnosis]:
             if match is None:
                 continue
             groups = {k: v.strip() for k, v in match.groupdict().items() if v}
+            # Majors follow from versions the message names ("13.0" -> "13").
+            for version, major in (("torch_cuda", "torch_major"), ("nvcc", "nvcc_major")):
+                if version in groups and major not in context:
+                    groups[major] = groups[version].split(".")[0]
             line = _line_of(text, match.start())
             found.append(diagnose(entry.id, line, **{**context, **groups}))
             break

@@ -264,7 +264,7 @@ def check_archs(
     uncovered = [g for g in gpu_archs if not any(a[0] == g[0] and a[1] <= g[1] for a in archs)]
     if uncovered:
         gpu_sm = ", ".join(f"{a}{b}" for a, b in uncovered)
-        diagnosis = diagnose("no-kernel-image", gpu_sm=gpu_sm, built=shown)
+        diagnosis = diagnose("no-kernel-image", gpu_sm=f" (sm_{gpu_sm})", built=shown)
         return Check(
             "architectures", shown, "warn", f"no code for this GPU (sm_{gpu_sm})", diagnosis
         )

@@ -47,6 +47,29 @@ class TrainingControl:
         self._thread: threading.Thread | None = None
         self._status = "idle"
         self._guard: InterruptGuard | None = None
+        # Threads beside the loop (a viewer's renders, an evaluation) that wait for the
+        # lock. A lock is not fair: a loop whose steps hold it through GIL-free waits (CUDA
+        # syncs) takes it back before a woken waiter runs, so the loop lets them in.
+        self._waiting = 0
+        self._waiting_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _shared_access(self) -> Iterator[None]:
+        """Hold the training lock for work beside the loop; served between two steps."""
+        with self._waiting_lock:
+            self._waiting += 1
+        try:
+            with self._lock:
+                yield
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
+
+    def _let_waiting_in(self, timeout: float = 0.25) -> None:
+        """Between two steps: hold back while other threads wait for the lock."""
+        deadline = time.perf_counter() + timeout
+        while self._waiting and not self._stop.is_set() and time.perf_counter() < deadline:
+            time.sleep(0.0002)
 
     @contextlib.contextmanager
     def _guarded(self, guard: InterruptGuard) -> Iterator[InterruptGuard]:
@@ -144,6 +167,7 @@ class TrainingControl:
                 if metrics is not None:
                     self._status = "running"
                     self._after_step(metrics)
+                self._let_waiting_in()
         except BaseException as err:
             self.error = err
             self._status = "failed"

@@ -503,7 +503,7 @@ class Trainer(TrainingControl):
         """
         viewmat = torch.as_tensor(viewmat, dtype=torch.float32, device=self.device).reshape(1, 4, 4)
         K = torch.as_tensor(K, dtype=torch.float32, device=self.device).reshape(1, 3, 3)
-        with self._lock:
+        with self._shared_access():
             degree = self.sh_degree_now if sh_degree is None else sh_degree
             return self._render(viewmat, K, width, height, degree, self._background, False)
 
@@ -526,7 +526,7 @@ class Trainer(TrainingControl):
         if split not in ("test", "train"):
             raise ValueError(f"split must be 'test' or 'train', got {split!r}")
         start = time.perf_counter()
-        with self._lock:
+        with self._shared_access():
             if split == "test":
                 views, targets = self.dataset.test, None
                 if not views:
@@ -577,7 +577,7 @@ class Trainer(TrainingControl):
         target = Path(path) if path is not None else self.default_checkpoint_path()
         if target is None:
             raise ValueError("no checkpoint path: pass one, or set config.out_dir")
-        with self._lock:
+        with self._shared_access():
             payload = {
                 "gsnb_version": gsnb.__version__,
                 "step": self._step,

@@ -182,3 +182,30 @@ def test_out_of_memory_stops_cleanly_and_keeps_the_last_checkpoint(make_scene, t
     assert saved.step_count == 2  # the last good checkpoint, not overwritten
     trainer.run()  # the same trainer can go on once memory is freed
     assert trainer.step_count == 10
+
+
+def test_other_threads_get_the_lock_between_steps(make_scene) -> None:
+    """A step that holds the lock through GIL-free waits (like CUDA syncs on a GPU) must not
+    starve a viewer's renders: they are served between two steps."""
+
+    def render_then_wait(*args, **kwargs):
+        out = gsnb.render(*args, **kwargs)
+        time.sleep(0.01)  # the lock stays held, the GIL is free: as during a CUDA sync
+        return out
+
+    trainer = Trainer(make_scene(), TrainConfig(steps=100_000), renderer=render_then_wait)
+    view = trainer.dataset.views[0]
+    trainer.start()
+    try:
+        wait_for(lambda: trainer.step_count >= 3)
+        waits = []
+        for _ in range(10):
+            started = time.perf_counter()
+            trainer.render_view(view)
+            waits.append(time.perf_counter() - started)
+        steps = trainer.step_count
+        wait_for(lambda: trainer.step_count >= steps + 3)  # and training goes on
+    finally:
+        trainer.stop()
+    # Served within about one step (a step here takes ~15-40 ms); starved, waits reach seconds.
+    assert max(waits) < 0.5, waits

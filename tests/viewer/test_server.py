@@ -84,13 +84,19 @@ def test_frames_follow_training_without_changing_it(trainer, wide_scene, viewers
     headless = Trainer(wide_scene, TrainConfig(steps=10_000, sh_degree=1, device="cpu", seed=3))
     headless.run(12)
     viewer = viewers(trainer, max_fps=50, refresh_share=0.9, rest_seconds=0.0)
+    # Steps of at least 50 ms, however fast the machine: the viewer has time to refresh.
+    trainer.on_step(lambda _metrics: time.sleep(0.05))
     frames = []
     with ViewerClient(viewer.url) as client:
         client.send_camera(look_from(EYE, (0, 0, 0.5)), EYE, FOV, 32, 24)
         frames.append(client.next_frame())
         trainer.start(steps=12)
         while trainer.running:
-            frames.append(client.next_frame(timeout=30))
+            try:
+                frames.append(client.next_frame(timeout=5))
+            except TimeoutError:
+                if trainer.running:  # no frame for 5 s while the model kept changing
+                    raise
         trainer.wait()
     assert trainer.step_count == 12 and len(frames) >= 3
     assert len({f.tobytes() for f in frames}) >= 3  # the picture changes as training goes on

@@ -192,7 +192,6 @@ def _rasterize_camera(
         group = max(1, _BLOCK_ELEMENTS // (block_k * _PIXELS))
         tiles = busy[start : start + group]
         start += len(tiles)
-        kmax = counts_host[start - len(tiles)]
 
         tx, ty = tiles % tiles_x, tiles // tiles_x
         pxi = tx[:, None] * TILE_SIZE + lane % TILE_SIZE  # [T, P]

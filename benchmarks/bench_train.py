@@ -15,8 +15,11 @@ its wall time.
 On one H200: building gsnb's rasterizer takes about 45 s and gsplat's JIT
 compile about 60 s; 7000 steps take about one to two minutes per renderer, so
 the default run finishes in about five minutes. A 30000-step run takes a few
-minutes per renderer: run the two renderers as two commands. Results merge into
-``OUT/train_<steps>.json``; logs go to stdout.
+minutes per renderer: run the two renderers as two commands (or on two GPUs at once,
+each with its own ``--out``, then ``--merge`` their JSON files). Results merge into
+``OUT/train_<steps>.json``; logs go to stdout. Every run records GPU memory against the
+Gaussian count every ``--memory-every`` steps (a leak shows as memory growing while the
+count does not).
 """
 
 from __future__ import annotations
@@ -83,17 +86,34 @@ def gsplat_renderer(
     return SimpleNamespace(rgb=rgb, alpha=alpha, depth=None, meta=info)
 
 
-def gsnb_renderer() -> Any:
-    """``gsnb.render`` on the CUDA backend, built (or taken from the cache) first."""
-    import functools
+def build_gsnb() -> None:
+    """Build gsnb's extension (or take it from the cache): the renderer and the fused SSIM.
 
-    import gsnb
+    Every run needs it, the gsplat-backed one too, so that both train with the same loss
+    kernels and differ only in the rasterizer.
+    """
     from gsnb.build import build
 
     started = time.perf_counter()
     build(progress=True)
-    print(f"gsnb rasterizer ready in {time.perf_counter() - started:.1f} s", flush=True)
+    print(f"gsnb extension ready in {time.perf_counter() - started:.1f} s", flush=True)
+
+
+def gsnb_renderer() -> Any:
+    """``gsnb.render`` on the CUDA backend."""
+    import functools
+
+    import gsnb
+
     return functools.partial(gsnb.render, backend="cuda", check_values=False, with_depth=False)
+
+
+def ssim_path() -> str:
+    """Which SSIM the trainer's loss uses here: ``"fused"`` (CUDA kernels) or ``"pytorch"``."""
+    from gsnb.train import fused_ssim
+
+    probe = torch.zeros(1, 16, 16, 3, device="cuda")
+    return "fused" if fused_ssim.available(probe, probe, 11) else "pytorch"
 
 
 def warm_up(renderer: Any) -> None:
@@ -124,7 +144,20 @@ def run_one(name: str, renderer: Any, data: Any, args: argparse.Namespace) -> di
     trainer = Trainer(data, config, renderer=renderer)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    print(f"[{name}] training {args.steps} steps: {trainer!r}", flush=True)
+    trace: list[list[float]] = []
+
+    def sample(metrics: Any) -> None:  # memory against the Gaussian count, for leaks
+        if metrics.step % args.memory_every == 0 or metrics.step == args.steps:
+            mib = 2**20
+            trace.append([
+                metrics.step, metrics.num_gaussians,
+                round(torch.cuda.memory_allocated() / mib, 1),
+                round(torch.cuda.memory_reserved() / mib, 1),
+                round(torch.cuda.max_memory_allocated() / mib, 1),
+            ])  # fmt: skip
+
+    trainer.on_step(sample)
+    print(f"[{name}] training {args.steps} steps: {trainer!r} (SSIM: {ssim_path()})", flush=True)
     started = time.perf_counter()
     trainer.run(progress=True)
     torch.cuda.synchronize()
@@ -142,11 +175,34 @@ def run_one(name: str, renderer: Any, data: Any, args: argparse.Namespace) -> di
         "num_gaussians": trainer.num_gaussians,
         "skipped_steps": trainer.skipped_steps,
         "eval_s": round(result.seconds, 2),
+        "ssim": ssim_path(),
+        "memory_trace_columns": [
+            "step",
+            "gaussians",
+            "allocated_mib",
+            "reserved_mib",
+            "peak_allocated_mib",
+        ],
+        "memory_trace": trace,
     }
     print(f"[{name}] {json.dumps(run)}", flush=True)
     del trainer
     torch.cuda.empty_cache()
     return run
+
+
+def compare(payload: dict[str, Any]) -> dict[str, Any]:
+    """Add ``gsnb_vs_gsplat`` (PSNR difference, wall and memory ratios) once both runs exist."""
+    runs = payload["runs"]
+    if {"gsnb", "gsplat"} <= set(runs):
+        payload["gsnb_vs_gsplat"] = {
+            "psnr_db": round(runs["gsnb"]["test_psnr"] - runs["gsplat"]["test_psnr"], 3),
+            "wall_ratio": round(runs["gsnb"]["wall_s"] / runs["gsplat"]["wall_s"], 3),
+            "memory_ratio": round(
+                runs["gsnb"]["peak_memory_gib"] / runs["gsplat"]["peak_memory_gib"], 3
+            ),
+        }
+    return payload
 
 
 def main() -> int:
@@ -161,7 +217,28 @@ def main() -> int:
     parser.add_argument("--downscale", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--renderers", default="gsnb,gsplat", help="comma list: gsnb, gsplat")
+    parser.add_argument(
+        "--memory-every", type=int, default=1000, help="sample GPU memory every this many steps"
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        help="no training: merge the runs of these train_<steps>.json files (e.g. two renderers "
+        "trained on two GPUs at once) into OUT/train_<steps>.json",
+    )
     args = parser.parse_args()
+    out = Path(args.out) / f"train_{args.steps}.json"
+    if args.merge:
+        payload = json.loads(out.read_text()) if out.is_file() else {"runs": {}}
+        for part in args.merge:
+            found = json.loads(part.read_text())
+            runs = {**payload["runs"], **found["runs"]}
+            payload |= found
+            payload["runs"] = runs
+        write_json(out, compare(payload))
+        print(json.dumps(payload.get("gsnb_vs_gsplat"), indent=1))
+        return 0
     if not torch.cuda.is_available():
         print("bench_train needs a CUDA GPU", file=sys.stderr)
         return 1
@@ -170,8 +247,8 @@ def main() -> int:
     started = time.perf_counter()
     data = load_dataset(args.data, downscale=args.downscale, test_every=8)
     print(f"data: {data!r} in {time.perf_counter() - started:.1f} s", flush=True)
+    build_gsnb()
     makers = {"gsnb": gsnb_renderer, "gsplat": lambda: gsplat_renderer}
-    out = Path(args.out) / f"train_{args.steps}.json"
     payload = json.loads(out.read_text()) if out.is_file() else {"runs": {}}
     payload |= {
         "benchmark": "bench_train",
@@ -184,16 +261,7 @@ def main() -> int:
     }
     for name in args.renderers.split(","):
         payload["runs"][name] = run_one(name, makers[name](), data, args) | {"env": environment()}
-        runs = payload["runs"]
-        if {"gsnb", "gsplat"} <= set(runs):
-            payload["gsnb_vs_gsplat"] = {
-                "psnr_db": round(runs["gsnb"]["test_psnr"] - runs["gsplat"]["test_psnr"], 3),
-                "wall_ratio": round(runs["gsnb"]["wall_s"] / runs["gsplat"]["wall_s"], 3),
-                "memory_ratio": round(
-                    runs["gsnb"]["peak_memory_gib"] / runs["gsplat"]["peak_memory_gib"], 3
-                ),
-            }
-        write_json(out, payload)
+        write_json(out, compare(payload))
     print(json.dumps(payload, indent=1))
     print(f"wrote {out} in {time.perf_counter() - started:.0f} s total")
     return 0

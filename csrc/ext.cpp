@@ -4,11 +4,13 @@
 #include "ops.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "gsnb CUDA rasterizer";
+  m.doc() = "gsnb CUDA rasterizer and fused SSIM";
   m.attr("ABI_VERSION") = 1;
   m.def("project_forward", &gsnb::project_forward, "EWA projection + SH + tile counts");
   m.def("project_backward", &gsnb::project_backward, "backward of project_forward");
   m.def("bin_splats", &gsnb::bin_splats, "sort splat-tile intersections by tile and depth");
   m.def("rasterize_forward", &gsnb::rasterize_forward, "front-to-back compositing per tile");
   m.def("rasterize_backward", &gsnb::rasterize_backward, "backward of rasterize_forward");
+  m.def("ssim_forward", &gsnb::ssim_forward, "fused SSIM map and its derivatives");
+  m.def("ssim_backward", &gsnb::ssim_backward, "backward of ssim_forward");
 }

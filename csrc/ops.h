@@ -47,4 +47,17 @@ std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
     const at::Tensor& v_alpha, bool absgrad);
 
+// Fused SSIM with an 11-tap Gaussian window over [B, H, W, C] float32 images.
+// -> map [B, Ho, Wo, C] (Ho = H + 2 pad - 10), and with_grad its derivatives with respect
+//    to the blurred mu_x, E[x^2] and E[xy] (else undefined tensors).
+std::vector<at::Tensor> ssim_forward(
+    const at::Tensor& img1, const at::Tensor& img2, int64_t pad, double sigma, double c1,
+    double c2, bool with_grad);
+
+// -> v_img1 [B, H, W, C]: the gradient of img1 given v_map, the gradient of the map.
+at::Tensor ssim_backward(
+    const at::Tensor& img1, const at::Tensor& img2, const at::Tensor& v_map,
+    const at::Tensor& d_mu, const at::Tensor& d_xx, const at::Tensor& d_xy, int64_t pad,
+    double sigma);
+
 }  // namespace gsnb

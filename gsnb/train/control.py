@@ -122,10 +122,11 @@ class TrainingControl:
                     self._after_step(last)
                     if bar is not None:
                         bar.update(1)
-                        bar.set_postfix(
+                        bar.set_postfix(  # shown at the bar's own refresh rate
                             loss=f"{last.loss:.4f}",
                             psnr=f"{last.psnr:.2f}",
                             gaussians=last.num_gaussians,
+                            refresh=False,
                         )
         except KeyboardInterrupt:
             self._finish("stopped")

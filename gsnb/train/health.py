@@ -36,7 +36,8 @@ def health_signals(splats: Mapping[str, Tensor], extent: float) -> Tensor:
     - ``anisotropy``: geometric mean over Gaussians of largest / smallest scale;
     - ``anisotropy_max``: the largest such ratio;
     - ``mean_opacity``: mean opacity in [0, 1];
-    - ``params_finite``: 1 when every parameter is finite, else 0.
+    - ``params_finite``: 1 when every parameter is finite, else 0 (also when their
+      norm overflows float32, which only happens to a model already broken).
 
     Example:
         >>> import torch
@@ -47,7 +48,8 @@ def health_signals(splats: Mapping[str, Tensor], extent: float) -> Tensor:
     log_s = splats["scales"]
     top = log_s.amax(-1)
     log_ratio = top - log_s.amin(-1)
-    finite = torch.stack([torch.isfinite(p).all() for p in splats.values()]).all()
+    # The norm over all parameters is finite exactly when every value is (barring overflow).
+    finite = torch.isfinite(torch.nn.utils.get_total_norm(list(splats.values())))
     spread = top.std() if top.numel() > 1 else top.new_zeros(())
     return torch.stack(
         [
@@ -92,7 +94,7 @@ class HealthMonitor:
             )
         elif values.get("grads_finite", 1.0) < 0.5:
             problems["grads"] = (
-                f"step {step}: a gradient is NaN or Inf; {skipped} "
+                f"step {step}: a gradient is NaN or Inf (or overflows); {skipped} "
                 "(lower the learning rates, or set scale_grad_clip)"
             )
         if values.get("params_finite", 1.0) < 0.5:

@@ -48,6 +48,8 @@ def make_optimizer(
 ) -> torch.optim.Adam:
     """One Adam with a parameter group per splat tensor, each group ``name``-d after its key.
 
+    Fused (one kernel per group) when the parameters live on the GPU.
+
     Example:
         >>> import torch
         >>> from torch import nn
@@ -56,7 +58,9 @@ def make_optimizer(
         ('means', 0.1)
     """
     groups = [{"params": [p], "lr": rates[name], "name": name} for name, p in splats.items()]
-    return torch.optim.Adam(groups, eps=ADAM_EPS)
+    # On the GPU the fused kernel updates a group in one launch instead of about ten.
+    fused = bool(splats) and all(p.is_cuda for p in splats.values())
+    return torch.optim.Adam(groups, eps=ADAM_EPS, fused=fused or None)
 
 
 def set_learning_rates(optimizer: torch.optim.Optimizer, rates: Mapping[str, float]) -> None:

@@ -318,8 +318,9 @@ class Trainer(TrainingControl):
         if cfg.scale_grad_clip > 0 and self.model.splats["scales"].grad is not None:
             torch.nn.utils.clip_grad_norm_([self.model.splats["scales"]], cfg.scale_grad_clip)
         grads = [p.grad for p in params if p.grad is not None]
-        grad_norm = torch.stack([g.norm() for g in grads]).norm()
-        grads_finite = torch.stack([torch.isfinite(g).all() for g in grads]).all()
+        # One multi-tensor norm; it is NaN or Inf exactly when some gradient is (or overflows).
+        grad_norm = torch.nn.utils.get_total_norm(grads) if grads else loss.detach() * 0.0
+        grads_finite = torch.isfinite(grad_norm)
         with torch.no_grad():
             values = torch.stack(
                 [

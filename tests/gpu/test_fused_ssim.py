@@ -1,0 +1,83 @@
+"""The fused SSIM kernels against the PyTorch SSIM run in float64.
+
+Error measure: relative L2 error over the SSIM map's mean (or per-image means)
+and over the whole gradient of the first image, with a random weight per map
+pixel so that every pixel's gradient path is exercised.
+"""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+import torch
+
+from gsnb.train import fused_ssim
+from gsnb.train.losses import SSIM_C1, SSIM_C2, photometric_loss, ssim
+
+VALUE_TOL = 1e-5
+GRAD_TOL = 1e-4
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).norm() / max(float(b.norm()), 1e-12))
+
+
+def images(shape, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.rand(shape, generator=gen, device="cuda")
+    # A target correlated with x, as a render and its photo are.
+    y = (0.7 * x + 0.3 * torch.rand(shape, generator=gen, device="cuda")).clamp(0, 1)
+    return x, y
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 64, 48, 3), (2, 17, 13, 3), (1, 11, 11, 3), (1, 7, 5, 3), (1, 1, 1, 3), (1, 540, 960, 3)],
+)
+@pytest.mark.parametrize("padding", ["valid", "same"])
+def test_matches_float64_pytorch(cuda_ext, shape, padding):
+    x, y = images(shape)
+    assert fused_ssim.available(x, y, 11)
+    xf = x.clone().requires_grad_(True)
+    value = ssim(xf, y, padding=padding, reduce=False)
+    weights = torch.rand(value.shape, device="cuda")
+    (value * weights).sum().backward()
+    xd = x.double().requires_grad_(True)
+    ref = ssim(xd, y.double(), padding=padding, reduce=False)  # float64: the PyTorch path
+    (ref * weights.double()).sum().backward()
+    assert rel_err(value, ref) < VALUE_TOL
+    assert rel_err(xf.grad, xd.grad) < GRAD_TOL
+
+
+def test_map_shape_and_identity(cuda_ext):
+    x, _ = images((1, 40, 30, 3))
+    out = fused_ssim.ssim_map(x, x, pad=0, sigma=1.5, c1=SSIM_C1, c2=SSIM_C2)
+    assert out.shape == (1, 30, 20, 3)
+    torch.testing.assert_close(out, torch.ones_like(out), atol=1e-5, rtol=0)
+
+
+def test_loss_gradient_matches(cuda_ext):
+    x, y = images((96, 128, 3), seed=3)  # [H, W, 3] as the trainer passes it
+    xf = x.clone().requires_grad_(True)
+    loss, _, _ = photometric_loss(xf, y, 0.2)
+    loss.backward()
+    xd = x.double().requires_grad_(True)
+    ref, _, _ = photometric_loss(xd, y.double(), 0.2)
+    ref.backward()
+    assert rel_err(loss, ref) < VALUE_TOL
+    assert rel_err(xf.grad, xd.grad) < GRAD_TOL
+
+
+def test_target_with_gradient_takes_pytorch_path(cuda_ext):
+    x, y = images((1, 32, 32, 3))
+    y.requires_grad_(True)
+    assert not fused_ssim.available(x, y, 11)
+    ssim(x, y).backward()
+    assert y.grad is not None and torch.isfinite(y.grad).all()
+
+
+def test_docstring_examples(cuda_ext):
+    result = doctest.testmod(fused_ssim)
+    assert result.attempted > 0 and result.failed == 0

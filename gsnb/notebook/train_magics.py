@@ -94,19 +94,7 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
                 "holding a SceneDataset"
             )
         dataset = load_dataset(path, downscale=args.downscale, test_every=args.test_every)
-    config = TrainConfig(
-        data=None if path is None else str(path.resolve()),
-        downscale=args.downscale,
-        test_every=args.test_every,
-        steps=args.steps,
-        seed=args.seed,
-        device=args.device,
-        backend=args.backend,
-        sh_degree=args.sh_degree,
-        max_init_points=args.max_init_points,
-        eval_every=args.eval_every,
-        out_dir=args.out_dir,
-    )
+    config = TrainConfig.from_args(args, data=None if path is None else str(path.resolve()))
     return Trainer(dataset, config, strategy=args.strategy)
 
 

@@ -96,15 +96,8 @@ def train(args: argparse.Namespace) -> int:
             from gsnb.data.dataset import load_dataset
 
             data = load_dataset(args.data, downscale=args.downscale, test_every=args.test_every)
-            config = TrainConfig(
-                data=str(Path(args.data).resolve()),
-                downscale=args.downscale,
-                test_every=args.test_every,
-                steps=args.steps,
-                seed=args.seed,
-                device=args.device,
-                max_init_points=args.max_init_points,
-                out_dir=str(out),
+            config = TrainConfig.from_args(
+                args, data=str(Path(args.data).resolve()), out_dir=str(out)
             )
             trainer = Trainer(data, config, strategy=args.strategy, progress=not args.no_progress)
     except (OSError, ValueError, RuntimeError) as err:

@@ -137,3 +137,22 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown TrainConfig settings {unknown}; valid: {sorted(names)}")
         return cls(**values)
+
+    @classmethod
+    def from_args(cls, args: Any, **overrides: Any) -> TrainConfig:
+        """The settings a parsed command line names, then ``overrides``.
+
+        Takes each attribute of ``args`` (an ``argparse.Namespace``) that is a
+        field here, except those left at ``None`` (an option not given keeps
+        this class's default); the other attributes are ignored.
+
+        Example:
+            >>> import argparse
+            >>> args = argparse.Namespace(steps=None, seed=3, port=8080)
+            >>> c = TrainConfig.from_args(args, out_dir="runs/x")
+            >>> c.steps, c.seed, c.out_dir
+            (30000, 3, 'runs/x')
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        given = {k: v for k, v in vars(args).items() if k in names and v is not None}
+        return cls(**(given | overrides))

@@ -44,6 +44,22 @@ def test_train_then_resume_to_more_steps(tmp_path: Path, capsys) -> None:
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
 
 
+def test_train_without_steps_uses_the_default(tmp_path: Path, monkeypatch) -> None:
+    data = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=100)
+    made = []
+
+    def report(trainer, *_args, **_kwargs):  # stands in for the 30000-step run
+        made.append(trainer)
+        return 0
+
+    monkeypatch.setattr("gsnb.train.commands._train_and_report", report)
+    args = ["train", str(data), "--out", str(tmp_path / "o"), "--seed", "2", "--device", "cpu"]
+    assert main([*args, "--no-progress"]) == 0
+    config = made[0].config
+    assert (config.steps, config.seed, config.out_dir) == (30_000, 2, str(tmp_path / "o"))
+    assert config.data == str(data.resolve())
+
+
 def test_train_reports_bad_input_in_one_line(tmp_path: Path, capsys) -> None:
     assert main(["train", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip()

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,22 +94,31 @@ def build_arguments(parser: argparse.ArgumentParser) -> None:
     add_build_arguments(parser)
 
 
+def build_from_args(args: argparse.Namespace) -> Any:
+    """:func:`gsnb.build.build` with the options :func:`add_build_arguments` parsed.
+
+    Used by ``gsnb build`` and ``%gs_build``; raises what ``build`` raises.
+    """
+    from gsnb.build import build as run_build
+
+    return run_build(
+        args.arch,
+        force=args.force,
+        clean=args.clean,
+        verify=args.verify,
+        verbose=args.verbose,
+        jobs=args.jobs,
+        progress=not args.no_progress,
+        cache_dir=args.cache_dir,
+    )
+
+
 def build(args: argparse.Namespace) -> int:
     """Build (or reuse) the rasterizer; on failure print the cause and the fix, exit 1."""
     from gsnb.build import BuildError
-    from gsnb.build import build as run_build
 
     try:
-        result = run_build(
-            args.arch,
-            force=args.force,
-            clean=args.clean,
-            verify=args.verify,
-            verbose=args.verbose,
-            jobs=args.jobs,
-            progress=not args.no_progress,
-            cache_dir=args.cache_dir,
-        )
+        result = build_from_args(args)
     except BuildError as err:
         print(f"gsnb build: {err}", file=sys.stderr)
         return 1

@@ -82,20 +82,12 @@ class BuildMagics(Magics):
     @line_magic
     def gs_build(self, line: str) -> Any:
         """Build (or reuse) the CUDA rasterizer for this kernel's GPU."""
-        from gsnb.build import BuildError, build
+        from gsnb.build import BuildError
+        from gsnb.build.commands import build_from_args
 
         args = _parse(BUILD_PARSER, line)
         try:
-            return build(
-                args.arch,
-                force=args.force,
-                clean=args.clean,
-                verify=args.verify,
-                verbose=args.verbose,
-                jobs=args.jobs,
-                progress=not args.no_progress,
-                cache_dir=args.cache_dir,
-            )
+            return build_from_args(args)
         except BuildError as err:
             if _in_notebook(self.shell):
                 from IPython.display import HTML, display

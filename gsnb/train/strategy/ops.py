@@ -237,6 +237,18 @@ def relocation_params(opacities: Tensor, scales: Tensor, ratios: Tensor) -> tupl
     return new_o.to(opacities.dtype), new_s.to(scales.dtype)
 
 
+def _with_sources_rescaled(
+    params: Params, name: str, src: Tensor, logits: Tensor, log_scales: Tensor
+) -> Tensor:
+    """A copy of ``params[name]`` in which the sources ``src`` carry their shared opacity/scale."""
+    p = params[name].detach().clone()
+    if name == "opacities":
+        p[src] = logits
+    elif name == "scales":
+        p[src] = log_scales
+    return p
+
+
 def _copies_params(params: Params, src: Tensor, min_opacity: float) -> tuple[Tensor, Tensor]:
     """New opacity logits and log-scales for the sources ``src`` (indices, repeats allowed)."""
     ratios = torch.bincount(src, minlength=params["means"].shape[0])[src] + 1
@@ -279,11 +291,7 @@ def relocate(
     logits, log_scales = _copies_params(params, src, min_opacity)
     touched = torch.cat([src, dead_ids])
     for name in list(params.keys()):
-        p = params[name].detach().clone()
-        if name == "opacities":
-            p[src] = logits
-        elif name == "scales":
-            p[src] = log_scales
+        p = _with_sources_rescaled(params, name, src, logits, log_scales)
         p[dead_ids] = p[src]
         replace_param(params, optimizer, name, p, lambda m: m.index_fill(0, touched, 0))
     _edit_state(state, lambda v: v.index_fill(0, touched, 0))
@@ -314,11 +322,7 @@ def sample_add(
     src = sample_by_weight(torch.sigmoid(params["opacities"]), n, generator)
     logits, log_scales = _copies_params(params, src, min_opacity)
     for name in list(params.keys()):
-        p = params[name].detach().clone()
-        if name == "opacities":
-            p[src] = logits
-        elif name == "scales":
-            p[src] = log_scales
+        p = _with_sources_rescaled(params, name, src, logits, log_scales)
         replace_param(
             params,
             optimizer,

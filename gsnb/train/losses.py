@@ -18,12 +18,6 @@ def _gaussian_kernel(size: int, sigma: float, like: Tensor) -> Tensor:
     return g / g.sum()
 
 
-def _to_nchw(img: Tensor) -> Tensor:
-    if img.dim() < 3 or img.shape[-1] != 3:
-        raise ValueError(f"image has shape {list(img.shape)}; expected [..., H, W, 3]")
-    return img.reshape(-1, *img.shape[-3:]).permute(0, 3, 1, 2)
-
-
 def ssim(
     img1: Tensor,
     img2: Tensor,
@@ -65,12 +59,12 @@ def ssim(
         raise ValueError(f"image has shape {list(img1.shape)}; expected [..., H, W, 3]")
     h, w = img1.shape[-3:-1]
     pad = 0 if padding == "valid" and min(h, w) >= window_size else window_size // 2
+    a = img1.reshape(-1, *img1.shape[-3:])  # [B, H, W, 3]
+    b = img2.reshape(-1, *img2.shape[-3:])
     if fused_ssim.available(img1, img2, window_size):
-        a = img1.reshape(-1, *img1.shape[-3:])
-        b = img2.reshape(-1, *img2.shape[-3:])
         fused = fused_ssim.ssim_map(a, b, pad=pad, sigma=sigma, c1=SSIM_C1, c2=SSIM_C2)
         return fused.mean() if reduce else fused.flatten(1).mean(1)
-    x, y = _to_nchw(img1), _to_nchw(img2)
+    x, y = a.permute(0, 3, 1, 2), b.permute(0, 3, 1, 2)
     g = _gaussian_kernel(window_size, sigma, x)
     # The five local moments in one separable depthwise convolution.
     stack = torch.cat([x, y, x * x, y * y, x * y], dim=1)

@@ -93,9 +93,9 @@ def main() -> int:
     print(f"[{args.renderer}] {wall:.3f} ms/step, {trainer.num_gaussians} Gaussians", flush=True)
 
     label(trainer, "_render", "render")
-    label(trainer_module, "photometric_loss", "loss")
+    label(trainer_module, "photometric_terms", "loss")
     label(torch.Tensor, "backward", "backward")
-    label(trainer_module, "health_signals", "health")
+    label(trainer_module, "health_sums", "health")
     label(trainer.optimizer, "step", "adam")
     label(trainer.strategy, "step_post_backward", "strategy")
     n = args.profile_steps

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <vector>
 
 namespace gsnb {
@@ -33,10 +34,11 @@ std::vector<at::Tensor> bin_splats(
 
 // -> rgb [C,H,W,3], expected depth [C,H,W,1] (empty without a depth channel), alpha [C,H,W,1],
 //    last ids [C,H,W] int32. feats [C,N,3|4]: colours, and depth as a fourth channel.
+//    backgrounds [C,3] (optional): rgb = blend + (1 - alpha) * background.
 std::vector<at::Tensor> rasterize_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height);
+    int64_t width, int64_t height, const std::optional<at::Tensor>& backgrounds);
 
 // -> v_means2d [C,N,2], v_conics [C,N,3], v_feats [C,N,3|4], v_opacities [N] (+ |v_means2d|
 //    summed per pixel [C,N,2] when absgrad).
@@ -45,7 +47,7 @@ std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
     int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
     const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
-    const at::Tensor& v_alpha, bool absgrad);
+    const at::Tensor& v_alpha, bool absgrad, const std::optional<at::Tensor>& backgrounds);
 
 // Fused SSIM with an 11-tap Gaussian window over [B, H, W, C] float32 images.
 // -> map [B, Ho, Wo, C] (Ho = H + 2 pad - 10), and with_grad its derivatives with respect
@@ -59,5 +61,41 @@ at::Tensor ssim_backward(
     const at::Tensor& img1, const at::Tensor& img2, const at::Tensor& v_map,
     const at::Tensor& d_mu, const at::Tensor& d_xx, const at::Tensor& d_xy, int64_t pad,
     double sigma);
+
+// The 3DGS photometric loss from the fused SSIM kernels, no SSIM map written.
+// -> stats [4] (loss = (1 - lambda) L1 + lambda (1 - SSIM), L1, SSIM, MSE) and, with_grad,
+//    the SSIM derivative maps photometric_backward takes.
+std::vector<at::Tensor> photometric_forward(
+    const at::Tensor& img1, const at::Tensor& img2, int64_t pad, double sigma, double c1,
+    double c2, double lambda, bool with_grad);
+
+// -> v_img1 [B, H, W, C] given the incoming gradients of loss, L1, SSIM and MSE (float32
+//    scalars on the device; a missing one counts as zero).
+at::Tensor photometric_backward(
+    const at::Tensor& img1, const at::Tensor& img2, const at::Tensor& d_mu,
+    const at::Tensor& d_xx, const at::Tensor& d_xy, int64_t pad, double sigma, double lambda,
+    const std::optional<at::Tensor>& g_loss, const std::optional<at::Tensor>& g_l1,
+    const std::optional<at::Tensor>& g_ssim, const std::optional<at::Tensor>& g_mse);
+
+// Sums behind the training health signals (float64 [9]): count of NaN/Inf values in `params`,
+// max and (shifted) sum and sum of squares of each Gaussian's largest log-scale, sum and max
+// of log(largest / smallest scale), sum of sigmoid(opacity logit), then the sum of squares of
+// the finite values in `grads` and their count of NaN/Inf. scales [N,3] are log-scales.
+at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
+                       const std::vector<at::Tensor>& params,
+                       const std::vector<at::Tensor>& grads);
+
+// Adam (no weight decay, no amsgrad) over up to 8 float32 tensors in one launch, in place;
+// step_sizes = lr / (1 - beta1^t) and bias2_sqrts = sqrt(1 - beta2^t) per tensor.
+void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+               const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+               const std::vector<double>& step_sizes, const std::vector<double>& bias2_sqrts,
+               double beta1, double beta2, double eps);
+
+// Default densification's running sums, in place: for visible (radii > 0) splats,
+// grad2d[n] += |(grads.x * sx, grads.y * sy)| and count[n] += 1 over the C cameras.
+// grads [C,N,2] float32, radii [C,N,2] int32, grad2d and count [N] float32.
+void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double sx, double sy,
+                       at::Tensor& grad2d, at::Tensor& count);
 
 }  // namespace gsnb

@@ -36,8 +36,8 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities,
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
-    float* __restrict__ out_rgb, float* __restrict__ out_depth, float* __restrict__ out_alpha,
-    int* __restrict__ last_ids) {
+    const float* __restrict__ background, float* __restrict__ out_rgb,
+    float* __restrict__ out_depth, float* __restrict__ out_alpha, int* __restrict__ last_ids) {
   const int cam = blockIdx.z;
   const int tile = blockIdx.y * tiles_x + blockIdx.x;
   const int tr = threadIdx.y * kTile + threadIdx.x;
@@ -92,8 +92,10 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     }
   }
   if (inside) {
+    // What is left of the transmittance shows the camera's background colour.
 #pragma unroll
-    for (int ch = 0; ch < 3; ++ch) out_rgb[pix * 3 + ch] = acc[ch];
+    for (int ch = 0; ch < 3; ++ch)
+      out_rgb[pix * 3 + ch] = acc[ch] + (background != nullptr ? T * background[cam * 3 + ch] : 0.f);
     const float alpha = 1.f - T;
     // Expected depth: the blended depth over the blended alpha.
     if (CH == 4) out_depth[pix] = acc[CH - 1] / fmaxf(alpha, kDepthAlphaMin);
@@ -132,8 +134,9 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
     const float* __restrict__ feats, const float* __restrict__ opacities,
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
     const float* __restrict__ out_alpha, const float* __restrict__ out_depth,
-    const int* __restrict__ last_ids, const float* __restrict__ v_rgb,
-    const float* __restrict__ v_depth, const float* __restrict__ v_out_alpha,
+    const int* __restrict__ last_ids, const float* __restrict__ background,
+    const float* __restrict__ v_rgb, const float* __restrict__ v_depth,
+    const float* __restrict__ v_out_alpha,
     float* __restrict__ v_means2d, float* __restrict__ v_conics, float* __restrict__ v_feats,
     float* __restrict__ v_opacities, float* __restrict__ v_means2d_abs) {
   const int cam = blockIdx.z;
@@ -162,6 +165,11 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
   for (int ch = 0; ch < 3; ++ch) v_out[ch] = inside ? v_rgb[pix * 3 + ch] : 0.f;
   // Outputs the loss did not use have no gradient buffer (nullptr): zero.
   float v_a = inside && v_out_alpha != nullptr ? v_out_alpha[pix] : 0.f;
+  // rgb = blend + (1 - alpha) * background: the background's share enters through alpha.
+  if (background != nullptr) {
+#pragma unroll
+    for (int ch = 0; ch < 3; ++ch) v_a -= v_out[ch] * background[cam * 3 + ch];
+  }
   if (CH == 4) {
     // depth = blended depth / max(alpha, eps): chain rule into the blend and into alpha.
     const float a = fmaxf(alpha_out, kDepthAlphaMin);
@@ -278,8 +286,8 @@ template <int CH>
 void launch_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height, at::Tensor& rgb, at::Tensor& depth, at::Tensor& alpha,
-    at::Tensor& last_ids) {
+    int64_t width, int64_t height, const float* background, at::Tensor& rgb, at::Tensor& depth,
+    at::Tensor& alpha, at::Tensor& last_ids) {
   const int64_t c = means2d.size(0), n = means2d.size(1);
   const int tiles_x = (width + kTile - 1) / kTile, tiles_y = (height + kTile - 1) / kTile;
   const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
@@ -287,7 +295,7 @@ void launch_forward(
       c, n, width, height, tiles_x, tiles_y, flat_ids.size(0),
       reinterpret_cast<const float2*>(means2d.data_ptr<float>()),
       reinterpret_cast<const float3*>(conics.data_ptr<float>()), feats.data_ptr<float>(),
-      opacities.data_ptr<float>(), offsets.data_ptr<int>(), flat_ids.data_ptr<int>(),
+      opacities.data_ptr<float>(), offsets.data_ptr<int>(), flat_ids.data_ptr<int>(), background,
       rgb.data_ptr<float>(), CH == 4 ? depth.data_ptr<float>() : nullptr,
       alpha.data_ptr<float>(), last_ids.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -298,9 +306,9 @@ void launch_backward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
     int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
-    const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
-    const at::Tensor& v_alpha, at::Tensor& v_means2d, at::Tensor& v_conics, at::Tensor& v_feats,
-    at::Tensor& v_opacities, float* v_abs) {
+    const at::Tensor& last_ids, const float* background, const at::Tensor& v_rgb,
+    const at::Tensor& v_depth, const at::Tensor& v_alpha, at::Tensor& v_means2d,
+    at::Tensor& v_conics, at::Tensor& v_feats, at::Tensor& v_opacities, float* v_abs) {
   const int64_t c = means2d.size(0), n = means2d.size(1);
   const int tiles_x = (width + kTile - 1) / kTile, tiles_y = (height + kTile - 1) / kTile;
   const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
@@ -310,7 +318,7 @@ void launch_backward(
       reinterpret_cast<const float3*>(conics.data_ptr<float>()), feats.data_ptr<float>(),
       opacities.data_ptr<float>(), offsets.data_ptr<int>(), flat_ids.data_ptr<int>(),
       alpha.data_ptr<float>(), CH == 4 ? depth.data_ptr<float>() : nullptr,
-      last_ids.data_ptr<int>(), v_rgb.data_ptr<float>(),
+      last_ids.data_ptr<int>(), background, v_rgb.data_ptr<float>(),
       CH == 4 && v_depth.numel() > 0 ? v_depth.data_ptr<float>() : nullptr,
       v_alpha.numel() > 0 ? v_alpha.data_ptr<float>() : nullptr,
       v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(), v_feats.data_ptr<float>(),
@@ -318,26 +326,38 @@ void launch_backward(
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// The [C, 3] background colours, or nullptr for none (black).
+const float* background_ptr(const std::optional<at::Tensor>& backgrounds, const at::Tensor& like) {
+  if (!backgrounds.has_value() || !backgrounds->defined()) return nullptr;
+  const at::Tensor& bg = *backgrounds;
+  TORCH_CHECK(bg.device() == like.device() && bg.scalar_type() == at::kFloat && bg.is_contiguous() &&
+                  bg.dim() == 2 && bg.size(0) == like.size(0) && bg.size(1) == 3,
+              "rasterize: backgrounds must be a contiguous float32 [C, 3] on ", like.device(),
+              " with C = ", like.size(0), ", got ", bg.sizes());
+  return bg.data_ptr<float>();
+}
+
 }  // namespace
 
 std::vector<at::Tensor> rasterize_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height) {
+    int64_t width, int64_t height, const std::optional<at::Tensor>& backgrounds) {
   const c10::cuda::OptionalCUDAGuard guard(means2d.device());
   const int64_t c = means2d.size(0), ch = feats.size(-1);
   TORCH_CHECK(ch == 3 || ch == 4, "rasterize_forward blends 3 or 4 channels, got ", ch);
+  const float* bg = background_ptr(backgrounds, means2d);
   auto f = means2d.options();
   auto rgb = at::empty({c, height, width, 3}, f);
   auto depth = ch == 4 ? at::empty({c, height, width, 1}, f) : at::empty({0}, f);
   auto alpha = at::empty({c, height, width, 1}, f);
   auto last_ids = at::empty({c, height, width}, f.dtype(at::kInt));
   if (ch == 3)
-    launch_forward<3>(means2d, conics, feats, opacities, offsets, flat_ids, width, height, rgb,
-                      depth, alpha, last_ids);
+    launch_forward<3>(means2d, conics, feats, opacities, offsets, flat_ids, width, height, bg,
+                      rgb, depth, alpha, last_ids);
   else
-    launch_forward<4>(means2d, conics, feats, opacities, offsets, flat_ids, width, height, rgb,
-                      depth, alpha, last_ids);
+    launch_forward<4>(means2d, conics, feats, opacities, offsets, flat_ids, width, height, bg,
+                      rgb, depth, alpha, last_ids);
   return {rgb, depth, alpha, last_ids};
 }
 
@@ -346,8 +366,9 @@ std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
     int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
     const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
-    const at::Tensor& v_alpha, bool absgrad) {
+    const at::Tensor& v_alpha, bool absgrad, const std::optional<at::Tensor>& backgrounds) {
   const c10::cuda::OptionalCUDAGuard guard(means2d.device());
+  const float* bg = background_ptr(backgrounds, means2d);
   auto v_means2d = at::zeros_like(means2d);
   auto v_conics = at::zeros_like(conics);
   auto v_feats = at::zeros_like(feats);
@@ -356,12 +377,12 @@ std::vector<at::Tensor> rasterize_backward(
   float* v_abs_ptr = absgrad ? v_abs.data_ptr<float>() : nullptr;
   if (feats.size(-1) == 3)
     launch_backward<3>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
-                       alpha, depth, last_ids, v_rgb, v_depth, v_alpha, v_means2d, v_conics,
-                       v_feats, v_opacities, v_abs_ptr);
+                       alpha, depth, last_ids, bg, v_rgb, v_depth, v_alpha, v_means2d,
+                       v_conics, v_feats, v_opacities, v_abs_ptr);
   else
     launch_backward<4>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
-                       alpha, depth, last_ids, v_rgb, v_depth, v_alpha, v_means2d, v_conics,
-                       v_feats, v_opacities, v_abs_ptr);
+                       alpha, depth, last_ids, bg, v_rgb, v_depth, v_alpha, v_means2d,
+                       v_conics, v_feats, v_opacities, v_abs_ptr);
   if (absgrad) return {v_means2d, v_conics, v_feats, v_opacities, v_abs};
   return {v_means2d, v_conics, v_feats, v_opacities};
 }

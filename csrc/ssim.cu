@@ -4,6 +4,11 @@
 // with its derivatives with respect to mu_x, E[x^2] and E[xy]; the backward pass blurs
 // those derivatives (times the incoming gradient) back onto the pixels of x.
 // Output pixel (oy, ox) averages input rows oy - pad .. oy - pad + 10 (zero outside).
+//
+// The same two kernels also give the 3DGS photometric loss (1 - l) L1 + l (1 - SSIM) without
+// an SSIM map: the forward pass sums |x - y|, (x - y)^2 and SSIM per block, a one-block pass
+// finishes loss, L1, SSIM and MSE, and the backward pass adds the L1 and MSE terms to the
+// SSIM gradient, all weighted by the incoming gradients read from device memory.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -53,10 +58,26 @@ __device__ __forceinline__ void blur_rows(
   }
 }
 
+// Sum of v over the block (256 threads); the result is valid in thread 0.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int tid = threadIdx.y * kSsimTile + threadIdx.x;
+  __syncthreads();
+  if (tid % 32 == 0) scratch[tid / 32] = v;
+  __syncthreads();
+  float total = 0.f;
+  if (tid == 0)
+    for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
+  return total;
+}
+
+// map (or partials) may be nullptr; partials [blocks, 3]: this block's sums of SSIM over its
+// outputs and of |x - y| and (x - y)^2 over its inputs (the last tile row and column also
+// take the input rows and columns past the last output).
 __global__ void ssim_forward_kernel(
     const float* __restrict__ x, const float* __restrict__ y, Shape s, Window win, float c1,
     float c2, float* __restrict__ map, float* __restrict__ d_mu, float* __restrict__ d_xx,
-    float* __restrict__ d_xy) {
+    float* __restrict__ d_xy, float* __restrict__ partials) {
   // in: x, y, x^2, y^2, xy over the span; h: the same blurred along rows.
   __shared__ float in[5][kSpan][kSpan + 1];
   __shared__ float h[5][kSpan][kSsimTile + 1];
@@ -84,36 +105,93 @@ __global__ void ssim_forward_kernel(
   __syncthreads();
   const int i = threadIdx.y, j = threadIdx.x;
   const int oy = oy0 + i, ox = ox0 + j;
-  if (oy >= s.Ho || ox >= s.Wo) return;
-  float m[5] = {0.f, 0.f, 0.f, 0.f, 0.f};
+  float ssim = 0.f;
+  if (oy < s.Ho && ox < s.Wo) {
+    float m[5] = {0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-  for (int k = 0; k < kWin; ++k) {
+    for (int k = 0; k < kWin; ++k) {
 #pragma unroll
-    for (int t = 0; t < 5; ++t) m[t] += win.w[k] * h[t][i + k][j];
+      for (int t = 0; t < 5; ++t) m[t] += win.w[k] * h[t][i + k][j];
+    }
+    const float mu1 = m[0], mu2 = m[1];
+    const float s11 = m[2] - mu1 * mu1, s22 = m[3] - mu2 * mu2, s12 = m[4] - mu1 * mu2;
+    const float a1 = 2.f * mu1 * mu2 + c1, a2 = 2.f * s12 + c2;
+    const float b1 = mu1 * mu1 + mu2 * mu2 + c1, b2 = s11 + s22 + c2;
+    const float inv = 1.f / (b1 * b2);
+    ssim = a1 * a2 * inv;
+    const int64_t at = at_pixel(b, oy, ox, c, s.Ho, s.Wo, s.C);
+    if (map != nullptr) map[at] = ssim;
+    if (d_mu != nullptr) {
+      // Partial derivatives holding the variances fixed, then through s11 = E[x^2] - mu1^2
+      // and s12 = E[xy] - mu1 mu2 to the blurred moments themselves.
+      const float ds11 = -ssim / b2;
+      const float ds12 = 2.f * a1 * inv;
+      const float dmu1 = 2.f * mu2 * a2 * inv - ssim * 2.f * mu1 / b1;
+      d_mu[at] = dmu1 - 2.f * mu1 * ds11 - mu2 * ds12;
+      d_xx[at] = ds11;
+      d_xy[at] = ds12;
+    }
   }
-  const float mu1 = m[0], mu2 = m[1];
-  const float s11 = m[2] - mu1 * mu1, s22 = m[3] - mu2 * mu2, s12 = m[4] - mu1 * mu2;
-  const float a1 = 2.f * mu1 * mu2 + c1, a2 = 2.f * s12 + c2;
-  const float b1 = mu1 * mu1 + mu2 * mu2 + c1, b2 = s11 + s22 + c2;
-  const float inv = 1.f / (b1 * b2);
-  const float ssim = a1 * a2 * inv;
-  const int64_t at = at_pixel(b, oy, ox, c, s.Ho, s.Wo, s.C);
-  map[at] = ssim;
-  if (d_mu == nullptr) return;
-  // Partial derivatives holding the variances fixed, then through s11 = E[x^2] - mu1^2 and
-  // s12 = E[xy] - mu1 mu2 to the blurred moments themselves.
-  const float ds11 = -ssim / b2;
-  const float ds12 = 2.f * a1 * inv;
-  const float dmu1 = 2.f * mu2 * a2 * inv - ssim * 2.f * mu1 / b1;
-  d_mu[at] = dmu1 - 2.f * mu1 * ds11 - mu2 * ds12;
-  d_xx[at] = ds11;
-  d_xy[at] = ds12;
+  if (partials == nullptr) return;
+  // This block's input pixels: its tile, stretched to the image edge in the last row/column.
+  const int rows = (blockIdx.y + 1 == gridDim.y ? s.H : min(s.H, oy0 + kSsimTile)) - oy0;
+  const int cols = (blockIdx.x + 1 == gridDim.x ? s.W : min(s.W, ox0 + kSsimTile)) - ox0;
+  float l1 = 0.f, sq = 0.f;
+  for (int k = tid; k < rows * cols; k += kThreads) {
+    const int r = k / cols + s.pad, q = k % cols + s.pad;  // span coordinates
+    const float d = in[0][r][q] - in[1][r][q];
+    l1 += fabsf(d);
+    sq += d * d;
+  }
+  __shared__ float scratch[kThreads / 32];
+  const int64_t block = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
+                        blockIdx.x;
+  const float sums[3] = {block_sum(ssim, scratch), block_sum(l1, scratch), block_sum(sq, scratch)};
+  if (tid == 0)
+    for (int t = 0; t < 3; ++t) partials[block * 3 + t] = sums[t];
 }
 
+// Folds the blocks' partials (one warp per sum, float64) into loss, L1, SSIM and MSE.
+__global__ void photometric_finish_kernel(const float* __restrict__ partials, int64_t blocks,
+                                          double inv_outputs, double inv_inputs, float lambda,
+                                          float* __restrict__ out) {
+  __shared__ double total[3];
+  const int t = threadIdx.x / 32, lane = threadIdx.x % 32;
+  double v = 0.0;
+  for (int64_t b = lane; b < blocks; b += 32) v += partials[b * 3 + t];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  if (lane == 0) total[t] = v;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const double ssim = total[0] * inv_outputs, l1 = total[1] * inv_inputs;
+  out[0] = static_cast<float>((1.0 - lambda) * l1 + lambda * (1.0 - ssim));
+  out[1] = static_cast<float>(l1);
+  out[2] = static_cast<float>(ssim);
+  out[3] = static_cast<float>(total[2] * inv_inputs);
+}
+
+// The incoming gradients of (loss, L1, SSIM, MSE), each nullptr when that output got none.
+struct LossGrads {
+  const float* loss;
+  const float* l1;
+  const float* ssim;
+  const float* mse;
+  float lambda, inv_outputs, inv_inputs;
+};
+
+__device__ __forceinline__ float grad_or_zero(const float* g) { return g != nullptr ? *g : 0.f; }
+
+// v_map [B, Ho, Wo, C] is the SSIM map's gradient; without it (nullptr) the gradients of the
+// photometric loss's outputs in `lg` apply.
 __global__ void ssim_backward_kernel(
     const float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ v_map,
-    const float* __restrict__ d_mu, const float* __restrict__ d_xx,
+    LossGrads lg, const float* __restrict__ d_mu, const float* __restrict__ d_xx,
     const float* __restrict__ d_xy, Shape s, Window win, float* __restrict__ v_x) {
+  // d loss / d ssim_map (the same at every output) and the L1 and MSE weights.
+  const float g_loss = v_map == nullptr ? grad_or_zero(lg.loss) : 0.f;
+  const float g_map = (grad_or_zero(lg.ssim) - lg.lambda * g_loss) * lg.inv_outputs;
+  const float w_l1 = ((1.f - lg.lambda) * g_loss + grad_or_zero(lg.l1)) * lg.inv_inputs;
+  const float w_mse = 2.f * grad_or_zero(lg.mse) * lg.inv_inputs;
   __shared__ float in[3][kSpan][kSpan + 1];
   __shared__ float h[3][kSpan][kSsimTile + 1];
   const int b = blockIdx.z / s.C, c = blockIdx.z % s.C;
@@ -127,7 +205,7 @@ __global__ void ssim_backward_kernel(
     float g0 = 0.f, g1 = 0.f, g2 = 0.f;
     if (oy >= 0 && oy < s.Ho && ox >= 0 && ox < s.Wo) {
       const int64_t at = at_pixel(b, oy, ox, c, s.Ho, s.Wo, s.C);
-      const float g = v_map[at];
+      const float g = v_map != nullptr ? v_map[at] : g_map;
       g0 = g * d_mu[at];
       g1 = g * d_xx[at];
       g2 = g * d_xy[at];
@@ -150,7 +228,13 @@ __global__ void ssim_backward_kernel(
     for (int t = 0; t < 3; ++t) m[t] += win.w[k] * h[t][i + k][j];
   }
   const int64_t at = at_pixel(b, py, px, c, s.H, s.W, s.C);
-  v_x[at] = m[0] + 2.f * x[at] * m[1] + y[at] * m[2];
+  const float xv = x[at], yv = y[at];
+  float v = m[0] + 2.f * xv * m[1] + yv * m[2];
+  if (v_map == nullptr) {
+    const float d = xv - yv;
+    v += w_l1 * static_cast<float>((d > 0.f) - (d < 0.f)) + w_mse * d;
+  }
+  v_x[at] = v;
 }
 
 Window gaussian_window(double sigma) {
@@ -213,10 +297,49 @@ std::vector<at::Tensor> ssim_forward(
         img1.data_ptr<float>(), img2.data_ptr<float>(), s, gaussian_window(sigma),
         static_cast<float>(c1), static_cast<float>(c2), map.data_ptr<float>(),
         with_grad ? d_mu.data_ptr<float>() : nullptr, with_grad ? d_xx.data_ptr<float>() : nullptr,
-        with_grad ? d_xy.data_ptr<float>() : nullptr);
+        with_grad ? d_xy.data_ptr<float>() : nullptr, nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return {map, d_mu, d_xx, d_xy};
+}
+
+std::vector<at::Tensor> photometric_forward(
+    const at::Tensor& img1, const at::Tensor& img2, int64_t pad, double sigma, double c1,
+    double c2, double lambda, bool with_grad) {
+  check_image(img1, "img1");
+  check_image(img2, "img2");
+  TORCH_CHECK(img1.sizes() == img2.sizes(), "photometric loss: images differ in shape: ",
+              img1.sizes(), " and ", img2.sizes());
+  TORCH_CHECK(img1.numel() > 0, "photometric loss: empty images");
+  const at::cuda::CUDAGuard guard(img1.device());
+  const Shape s = make_shape(img1, pad);
+  const int64_t B = img1.size(0);
+  at::Tensor d_mu, d_xx, d_xy;
+  if (with_grad) {
+    d_mu = at::empty({B, s.Ho, s.Wo, s.C}, img1.options());
+    d_xx = at::empty_like(d_mu);
+    d_xy = at::empty_like(d_mu);
+  }
+  const dim3 block(kSsimTile, kSsimTile);
+  const dim3 grid((s.Wo + kSsimTile - 1) / kSsimTile, (s.Ho + kSsimTile - 1) / kSsimTile,
+                  static_cast<unsigned>(B * s.C));
+  const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+  auto partials = at::empty({blocks, 3}, img1.options());
+  auto stats = at::empty({4}, img1.options());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  ssim_forward_kernel<<<grid, block, 0, stream>>>(
+      img1.data_ptr<float>(), img2.data_ptr<float>(), s, gaussian_window(sigma),
+      static_cast<float>(c1), static_cast<float>(c2), nullptr,
+      with_grad ? d_mu.data_ptr<float>() : nullptr, with_grad ? d_xx.data_ptr<float>() : nullptr,
+      with_grad ? d_xy.data_ptr<float>() : nullptr, partials.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const double outputs = static_cast<double>(B) * s.Ho * s.Wo * s.C;
+  photometric_finish_kernel<<<1, 96, 0, stream>>>(partials.data_ptr<float>(), blocks,
+                                                  1.0 / outputs, 1.0 / img1.numel(),
+                                                  static_cast<float>(lambda),
+                                                  stats.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {stats, d_mu, d_xx, d_xy};
 }
 
 at::Tensor ssim_backward(
@@ -239,11 +362,54 @@ at::Tensor ssim_backward(
     const dim3 grid((s.W + kSsimTile - 1) / kSsimTile, (s.H + kSsimTile - 1) / kSsimTile,
                     static_cast<unsigned>(img1.size(0) * s.C));
     ssim_backward_kernel<<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        img1.data_ptr<float>(), img2.data_ptr<float>(), v_map.data_ptr<float>(),
+        img1.data_ptr<float>(), img2.data_ptr<float>(), v_map.data_ptr<float>(), LossGrads{},
         d_mu.data_ptr<float>(), d_xx.data_ptr<float>(), d_xy.data_ptr<float>(), s,
         gaussian_window(sigma), v_x.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
+  return v_x;
+}
+
+at::Tensor photometric_backward(
+    const at::Tensor& img1, const at::Tensor& img2, const at::Tensor& d_mu,
+    const at::Tensor& d_xx, const at::Tensor& d_xy, int64_t pad, double sigma, double lambda,
+    const std::optional<at::Tensor>& g_loss, const std::optional<at::Tensor>& g_l1,
+    const std::optional<at::Tensor>& g_ssim, const std::optional<at::Tensor>& g_mse) {
+  check_image(img1, "img1");
+  check_image(img2, "img2");
+  const at::cuda::CUDAGuard guard(img1.device());
+  const Shape s = make_shape(img1, pad);
+  for (const at::Tensor* t : {&d_mu, &d_xx, &d_xy}) {
+    check_image(*t, "a map");
+    TORCH_CHECK(t->size(0) == img1.size(0) && t->size(1) == s.Ho && t->size(2) == s.Wo &&
+                    t->size(3) == s.C,
+                "photometric_backward: a map has shape ", t->sizes());
+  }
+  auto scalar = [&](const std::optional<at::Tensor>& g) -> const float* {
+    if (!g.has_value() || !g->defined()) return nullptr;
+    TORCH_CHECK(g->device() == img1.device() && g->scalar_type() == at::kFloat &&
+                    g->numel() == 1,
+                "photometric_backward: an incoming gradient must be a float32 scalar on ",
+                img1.device());
+    return g->data_ptr<float>();
+  };
+  const double outputs = static_cast<double>(img1.size(0)) * s.Ho * s.Wo * s.C;
+  const LossGrads lg{scalar(g_loss),
+                     scalar(g_l1),
+                     scalar(g_ssim),
+                     scalar(g_mse),
+                     static_cast<float>(lambda),
+                     static_cast<float>(1.0 / outputs),
+                     static_cast<float>(1.0 / img1.numel())};
+  auto v_x = at::empty_like(img1);
+  const dim3 block(kSsimTile, kSsimTile);
+  const dim3 grid((s.W + kSsimTile - 1) / kSsimTile, (s.H + kSsimTile - 1) / kSsimTile,
+                  static_cast<unsigned>(img1.size(0) * s.C));
+  ssim_backward_kernel<<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      img1.data_ptr<float>(), img2.data_ptr<float>(), nullptr, lg, d_mu.data_ptr<float>(),
+      d_xx.data_ptr<float>(), d_xy.data_ptr<float>(), s, gaussian_window(sigma),
+      v_x.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   return v_x;
 }
 

@@ -154,10 +154,14 @@ def render(
     if chosen == "cuda":
         from gsnb.render import cuda
 
+        # The kernels composite a constant background; one with a gradient is done below.
+        inside = backgrounds is not None and not backgrounds.requires_grad
         rgb, alpha, depth, proj = cuda.render(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,
-            degree, near_plane, far_plane, absgrad, with_depth,
+            degree, near_plane, far_plane, absgrad, with_depth, backgrounds if inside else None,
         )  # fmt: skip
+        if inside:
+            backgrounds = None
     else:
         rgb, alpha, depth, proj = _render_reference(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,

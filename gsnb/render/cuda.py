@@ -48,6 +48,16 @@ def is_available() -> bool:
     return torch.cuda.is_available() and get_extension() is not None
 
 
+def kernel(name: str) -> Any:
+    """The built extension's function ``name``, or ``None`` when there is no such build.
+
+    Example:
+        >>> ssim = kernel("ssim_forward")  # None until the extension is built
+    """
+    ext = get_extension()
+    return getattr(ext, name, None) if ext is not None else None
+
+
 def _require() -> ModuleType:
     ext = get_extension()
     if ext is None:
@@ -122,16 +132,18 @@ class _Rasterize(torch.autograd.Function):
         flat_ids: Tensor,
         size: tuple[int, int],
         absgrad_sink: Tensor | None,
+        backgrounds: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         width, height = size
         rgb, depth, alpha, last_ids = _require().rasterize_forward(
-            means2d, conics, feats, opacities, offsets, flat_ids, width, height
+            means2d, conics, feats, opacities, offsets, flat_ids, width, height, backgrounds
         )
         ctx.save_for_backward(
             means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids
         )
         ctx.size = size
         ctx.absgrad_sink = absgrad_sink
+        ctx.backgrounds = backgrounds  # constant colours: no gradient
         ctx.set_materialize_grads(False)
         return rgb, depth, alpha
 
@@ -146,11 +158,11 @@ class _Rasterize(torch.autograd.Function):
         grads = _require().rasterize_backward(
             means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha, depth,
             last_ids, _grad(v_rgb, (*alpha.shape[:3], 3), alpha), _grad(v_depth, None, alpha),
-            _grad(v_alpha, None, alpha), sink is not None,
+            _grad(v_alpha, None, alpha), sink is not None, ctx.backgrounds,
         )  # fmt: skip
         if sink is not None:
             sink.add_(grads[4])
-        return grads[0], grads[1], grads[2], grads[3], None, None, None, None
+        return grads[0], grads[1], grads[2], grads[3], None, None, None, None, None
 
 
 def _grad(grad: Tensor | None, shape: tuple[int, ...] | None, like: Tensor) -> Tensor:
@@ -178,8 +190,15 @@ def render(
     far_plane: float,
     absgrad: bool,
     with_depth: bool = True,
+    backgrounds: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None, Projection]:
-    """Render with the CUDA kernels; arguments are validated by :func:`gsnb.render`."""
+    """Render with the CUDA kernels; arguments are validated by :func:`gsnb.render`.
+
+    ``backgrounds`` (``[3]`` or ``[C, 3]``, no gradient) are composited inside
+    the rasterizer: ``rgb = blend + (1 - alpha) * background``.
+    """
+    if backgrounds is not None and backgrounds.requires_grad:
+        raise ValueError("the rasterizer composites constant backgrounds only; detach them")
     if means.dtype != torch.float32:
         raise ValueError(
             f"the CUDA backend computes in float32, got {means.dtype}; convert the inputs with "
@@ -204,7 +223,8 @@ def render(
     if absgrad:
         sink = torch.zeros((num_cams, means.shape[0], 2), device=means.device)
         means2d.absgrad = sink  # type: ignore[attr-defined]
+    bg = None if backgrounds is None else backgrounds.expand(num_cams, 3).contiguous()
     rgb, depth, alpha = _Rasterize.apply(
-        means2d, conics, feats, opacities, offsets, flat_ids, (width, height), sink
+        means2d, conics, feats, opacities, offsets, flat_ids, (width, height), sink, bg
     )
     return rgb, alpha, depth if with_depth else None, Projection(means2d, conics, depths, radii)

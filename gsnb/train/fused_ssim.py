@@ -5,7 +5,8 @@ built; the plain PyTorch path stays the reference and runs everywhere else.
 The depthwise convolutions of the PyTorch path cost far more than the
 rasterizer in a training step on the GPU; the fused kernels blur all five local
 moments in shared memory in one pass and write the derivatives the backward
-pass needs.
+pass needs. :func:`photometric` gives the whole 3DGS loss from the same
+kernels: two launches forward, one backward, instead of about twenty.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ WINDOW = 11
 """The window size the kernels implement."""
 
 
-def available(img1: Tensor, img2: Tensor, window_size: int) -> bool:
-    """Whether :func:`ssim_map` takes these images: CUDA float32, 11-tap window, extension built.
+def available(img1: Tensor, img2: Tensor, window_size: int, op: str = "ssim_forward") -> bool:
+    """Whether :func:`ssim_map` (or, with ``op="photometric_forward"``, :func:`photometric`)
+    takes these images: CUDA float32, 11-tap window, extension built.
 
     Example:
         >>> import torch
@@ -34,8 +36,7 @@ def available(img1: Tensor, img2: Tensor, window_size: int) -> bool:
         return False
     from gsnb.render import cuda
 
-    ext = cuda.get_extension()
-    return ext is not None and hasattr(ext, "ssim_forward")
+    return cuda.kernel(op) is not None
 
 
 class _FusedSSIM(torch.autograd.Function):
@@ -79,3 +80,57 @@ def ssim_map(img1: Tensor, img2: Tensor, *, pad: int, sigma: float, c1: float, c
         torch.Size([1, 54, 54, 3])
     """
     return _FusedSSIM.apply(img1.contiguous(), img2.contiguous(), pad, sigma, c1, c2)
+
+
+class _FusedPhotometric(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, render: Tensor, target: Tensor, settings: tuple[int, float, float, float, float]
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        from gsnb.render import cuda
+
+        pad, sigma, c1, c2, lam = settings
+        grad = render.requires_grad
+        stats, d_mu, d_xx, d_xy = cuda.kernel("photometric_forward")(
+            render, target, pad, sigma, c1, c2, lam, grad
+        )
+        if grad:
+            ctx.save_for_backward(render, target, d_mu, d_xx, d_xy)
+        ctx.settings = settings
+        ctx.set_materialize_grads(False)
+        return stats[0], stats[1], stats[2], stats[3]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, g_loss, g_l1, g_ssim, g_mse):  # type: ignore[override]
+        from gsnb.render import cuda
+
+        render, target, d_mu, d_xx, d_xy = ctx.saved_tensors
+        pad, sigma, _, _, lam = ctx.settings
+        v_render = cuda.kernel("photometric_backward")(
+            render, target, d_mu, d_xx, d_xy, pad, sigma, lam, g_loss, g_l1, g_ssim, g_mse
+        )
+        return v_render, None, None
+
+
+def photometric(
+    render: Tensor, target: Tensor, *, pad: int, sigma: float, c1: float, c2: float, lam: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The 3DGS loss of ``[B, H, W, C]`` images and its parts: ``(loss, l1, ssim, mse)``.
+
+    ``loss = (1 - lam) * l1 + lam * (1 - ssim)``: SSIM over the ``pad``-padded
+    window positions, L1 and MSE over all pixels; all four are differentiable
+    with respect to ``render``. Needs what :func:`available` checks for
+    ``op="photometric_forward"``.
+
+    Example:
+        >>> import torch
+        >>> from gsnb.train.losses import SSIM_C1, SSIM_C2
+        >>> a = torch.rand(1, 64, 64, 3, device="cuda")
+        >>> loss, l1, s, mse = photometric(a, a, pad=0, sigma=1.5, c1=SSIM_C1, c2=SSIM_C2, lam=0.2)
+        >>> round(loss.item(), 6), round(s.item(), 6)
+        (0.0, 1.0)
+    """
+    return _FusedPhotometric.apply(
+        render.contiguous(), target.contiguous(), (pad, sigma, c1, c2, lam)
+    )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -22,45 +23,134 @@ HEALTH_SIGNALS = (
     "mean_opacity",
     "params_finite",
 )
-"""Names of the signals :func:`health_signals` returns, in order."""
+"""Names of the signals :func:`health_signals` returns."""
+
+
+SUMS = 9
+"""Length of :func:`health_sums`' tensor."""
 
 
 @torch.no_grad()
-def health_signals(splats: Mapping[str, Tensor], extent: float) -> Tensor:
-    """The health signals of the Gaussians as one device tensor (read back with the step's metrics).
+def health_sums(splats: Mapping[str, Tensor], grads: Sequence[Tensor] = ()) -> Tensor:
+    """The sums behind the health signals and the gradient norm, one float64 tensor ``[9]``.
 
-    In the order of :data:`HEALTH_SIGNALS`:
+    In order: the number of NaN/Inf values in all parameters; the largest
+    log-scale of any Gaussian; the sum and the sum of squares of each
+    Gaussian's largest log-scale, shifted by the first Gaussian's; the sum and
+    the maximum of log(largest / smallest scale); the sum of the opacities;
+    the sum of squares of all ``grads`` and their number of NaN/Inf values.
+    Read them back with the step's other metrics and finish them on the host
+    with :func:`signals_from_sums`. On the GPU, with the extension built, one
+    fused pass (``csrc/health.cu``) computes them; elsewhere PyTorch does.
+
+    Example:
+        >>> import torch
+        >>> s = {"scales": torch.zeros(4, 3), "opacities": torch.zeros(4)}
+        >>> health_sums(s, [torch.full((4,), 0.5)]).tolist()
+        [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 1.0, 0.0]
+    """
+    log_s, logits = splats["scales"].detach(), splats["opacities"].detach()
+    params = [p.detach() for p in splats.values()]
+    grads = [g.detach() for g in grads]
+    if log_s.shape[0] == 0:
+        return torch.tensor([0.0] + [math.nan] * (SUMS - 1), dtype=torch.float64).to(log_s.device)
+    fused = _kernel(params, grads)
+    if fused is not None:
+        return fused(log_s, logits, params, grads)
+    top = log_s.amax(-1)
+    ratio = top - log_s.amin(-1)
+    first = top[0].double()
+    shifted = top.double() - torch.where(torch.isfinite(first), first, 0.0)
+    zero = shifted.new_zeros(())
+
+    def bad(tensors: list[Tensor]) -> Tensor:
+        return sum(((~torch.isfinite(t)).sum().double() for t in tensors), zero)
+
+    return torch.stack(
+        [
+            bad(params),
+            top.max().double(),
+            shifted.sum(),
+            (shifted * shifted).sum(),
+            ratio.double().sum(),
+            ratio.max().double(),
+            torch.sigmoid(logits.double()).sum(),
+            sum((g.double().square().sum() for g in grads), zero),
+            bad(grads),
+        ]
+    )
+
+
+def _kernel(params: list[Tensor], grads: list[Tensor]) -> Any:
+    tensors = params + grads
+    if not all(t.is_cuda and t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
+        return None
+    if len(params) > 8 or len(grads) > 8 or len({t.device for t in tensors}) != 1:
+        return None
+    from gsnb.render import cuda
+
+    return cuda.kernel("health_sums")
+
+
+def signals_from_sums(sums: Sequence[float], count: int, extent: float) -> dict[str, float]:
+    """The health signals (:data:`HEALTH_SIGNALS`) and the gradient's, from :func:`health_sums`.
 
     - ``scale_max``: the largest scale of any Gaussian, in scene extents;
     - ``scale_spread``: standard deviation of each Gaussian's largest log-scale;
     - ``anisotropy``: geometric mean over Gaussians of largest / smallest scale;
     - ``anisotropy_max``: the largest such ratio;
     - ``mean_opacity``: mean opacity in [0, 1];
-    - ``params_finite``: 1 when every parameter is finite, else 0 (also when their
-      norm overflows float32, which only happens to a model already broken).
+    - ``params_finite``: 1 when every parameter is finite, else 0;
+    - ``grad_norm``: the L2 norm of all gradients (NaN when one is not finite);
+    - ``grads_finite``: 1 when every gradient is finite, else 0.
+
+    A NaN scale or opacity makes the signals it enters NaN.
+
+    Args:
+        sums: the values of :func:`health_sums`.
+        count: the number of Gaussians.
+        extent: the scene extent.
+
+    Example:
+        >>> signals_from_sums([0, 0.0, 0, 0, 0, 0.0, 2.0, 9.0, 0], count=4, extent=2.0)["grad_norm"]
+        3.0
+    """
+    bad, top_max, top_sum, top_sq, ratio_sum, ratio_max, opacity_sum, grad_sq, bad_grads = sums
+    grads = {
+        "grad_norm": math.sqrt(grad_sq) if bad_grads == 0 else math.nan,
+        "grads_finite": float(bad_grads == 0),
+    }
+    if count == 0:
+        nan = dict.fromkeys(HEALTH_SIGNALS[:-1], math.nan)
+        return nan | {"params_finite": float(bad == 0)} | grads
+    var = max(top_sq - top_sum * top_sum / count, 0.0) / (count - 1) if count > 1 else 0.0
+    # A NaN scale makes its sums NaN; the maxima follow them (whichever way they were taken).
+    return {
+        "scale_max": math.nan if math.isnan(top_sum) else _exp(top_max) / extent,
+        "scale_spread": math.sqrt(var),
+        "anisotropy": _exp(ratio_sum / count),
+        "anisotropy_max": math.nan if math.isnan(ratio_sum) else _exp(ratio_max),
+        "mean_opacity": opacity_sum / count,
+        "params_finite": float(bad == 0),
+    } | grads
+
+
+def _exp(x: float) -> float:
+    return math.inf if x > 709.0 else math.exp(x)
+
+
+def health_signals(splats: Mapping[str, Tensor], extent: float) -> dict[str, float]:
+    """The health signals of the Gaussians now (one host sync); see :func:`signals_from_sums`.
 
     Example:
         >>> import torch
         >>> s = {"scales": torch.zeros(4, 3), "opacities": torch.zeros(4)}
-        >>> health_signals(s, extent=2.0).tolist()
-        [0.5, 0.0, 1.0, 1.0, 0.5, 1.0]
+        >>> signals = health_signals(s, extent=2.0)
+        >>> signals["scale_max"], signals["mean_opacity"], signals["params_finite"]
+        (0.5, 0.5, 1.0)
     """
-    log_s = splats["scales"]
-    top = log_s.amax(-1)
-    log_ratio = top - log_s.amin(-1)
-    # The norm over all parameters is finite exactly when every value is (barring overflow).
-    finite = torch.isfinite(torch.nn.utils.get_total_norm(list(splats.values())))
-    spread = top.std() if top.numel() > 1 else top.new_zeros(())
-    return torch.stack(
-        [
-            torch.exp(top.max()) / extent,
-            spread,
-            torch.exp(log_ratio.mean()),
-            torch.exp(log_ratio.max()),
-            torch.sigmoid(splats["opacities"]).mean(),
-            finite.to(log_s.dtype),
-        ]
-    )
+    signals = signals_from_sums(health_sums(splats).tolist(), splats["scales"].shape[0], extent)
+    return {name: signals[name] for name in HEALTH_SIGNALS}
 
 
 class HealthMonitor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -95,6 +97,18 @@ def psnr(img1: Tensor, img2: Tensor) -> Tensor:
     return -10.0 * torch.log10(mse.clamp_min(1e-20))
 
 
+def psnr_from_mse(mse: float) -> float:
+    """PSNR in dB of a mean squared error (images in [0, 1]), as :func:`psnr` computes it.
+
+    Example:
+        >>> psnr_from_mse(0.01)
+        20.0
+    """
+    if math.isnan(mse):
+        return math.nan
+    return -10.0 * math.log10(max(mse, 1e-20))
+
+
 def photometric_loss(
     render: Tensor, target: Tensor, ssim_lambda: float
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -113,7 +127,41 @@ def photometric_loss(
         >>> [round(v.item(), 4) for v in photometric_loss(a, a, 0.2)]
         [0.0, 0.0, 1.0]
     """
+    return photometric_terms(render, target, ssim_lambda)[:3]
+
+
+def photometric_terms(
+    render: Tensor, target: Tensor, ssim_lambda: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`photometric_loss` and the mean squared error: ``(loss, l1, ssim, mse)``.
+
+    On CUDA float32 images, once the extension is built, the fused kernels of
+    :func:`gsnb.train.fused_ssim.photometric` compute all four in two launches
+    (one for the gradient); elsewhere PyTorch does. SSIM uses the
+    :func:`ssim` defaults (11-px window, ``"valid"`` padding).
+
+    Example:
+        >>> import torch
+        >>> a = torch.zeros(1, 16, 16, 3)
+        >>> [round(v.item(), 4) for v in photometric_terms(a, a + 0.1, 0.2)]
+        [0.278, 0.1, 0.0099, 0.01]
+    """
+    if render.shape != target.shape:
+        raise ValueError(
+            f"the render has shape {list(render.shape)} but the target {list(target.shape)}"
+        )
+    if (
+        render.dim() >= 3
+        and render.shape[-1] == 3
+        and fused_ssim.available(render, target, 11, "photometric_forward")
+    ):
+        h, w = render.shape[-3:-1]
+        pad = 0 if min(h, w) >= 11 else 11 // 2
+        a, b = render.reshape(-1, *render.shape[-3:]), target.reshape(-1, *target.shape[-3:])
+        return fused_ssim.photometric(
+            a, b, pad=pad, sigma=1.5, c1=SSIM_C1, c2=SSIM_C2, lam=float(ssim_lambda)
+        )
     l1 = (render - target).abs().mean()
-    with torch.set_grad_enabled(torch.is_grad_enabled() and ssim_lambda != 0.0):
-        s = ssim(render, target)
-    return (1.0 - ssim_lambda) * l1 + ssim_lambda * (1.0 - s), l1, s
+    s = ssim(render, target)
+    mse = F.mse_loss(render, target)
+    return (1.0 - ssim_lambda) * l1 + ssim_lambda * (1.0 - s), l1, s, mse

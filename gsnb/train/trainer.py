@@ -24,10 +24,10 @@ from gsnb.train import regularizers
 from gsnb.train.config import TrainConfig
 from gsnb.train.control import TrainingControl
 from gsnb.train.evaluation import EvalResult, image_metrics, lpips_status
-from gsnb.train.health import HEALTH_SIGNALS, HealthMonitor, health_signals
+from gsnb.train.health import HealthMonitor, health_sums, signals_from_sums
 from gsnb.train.interrupts import InterruptGuard
 from gsnb.train.knobs import Knob, check_value, describe_knobs
-from gsnb.train.losses import photometric_loss, psnr
+from gsnb.train.losses import photometric_terms, psnr_from_mse
 from gsnb.train.memory import check_gpu_memory
 from gsnb.train.metrics import StepMetrics
 from gsnb.train.optim import learning_rates, make_optimizer, set_learning_rates
@@ -308,8 +308,8 @@ class Trainer(TrainingControl):
         means2d = out.meta.means2d
         if means2d.requires_grad:
             means2d.retain_grad()
-        rgb = out.rgb[0]
-        loss, l1, ssim_value = photometric_loss(rgb, target, cfg.ssim_lambda)
+        rgb = out.rgb.squeeze(0)  # a view: its backward launches nothing (indexing's would)
+        loss, l1, ssim_value, mse = photometric_terms(rgb, target, cfg.ssim_lambda)
         extra = self._regularization()
         if extra is not None:
             loss = loss + extra
@@ -318,23 +318,14 @@ class Trainer(TrainingControl):
         if cfg.scale_grad_clip > 0 and self.model.splats["scales"].grad is not None:
             torch.nn.utils.clip_grad_norm_([self.model.splats["scales"]], cfg.scale_grad_clip)
         grads = [p.grad for p in params if p.grad is not None]
-        # One multi-tensor norm; it is NaN or Inf exactly when some gradient is (or overflows).
-        grad_norm = torch.nn.utils.get_total_norm(grads) if grads else loss.detach() * 0.0
-        grads_finite = torch.isfinite(grad_norm)
         with torch.no_grad():
-            values = torch.stack(
-                [
-                    loss.detach(),
-                    l1.detach(),
-                    ssim_value.detach(),
-                    psnr(rgb.detach(), target),
-                    grad_norm,
-                    grads_finite.to(grad_norm.dtype),
-                ]
-            )
-            values = torch.cat([values, health_signals(self.model.splats, self.extent)])
-        names = ("loss", "l1", "ssim", "psnr", "grad_norm", "grads_finite", *HEALTH_SIGNALS)
-        host = dict(zip(names, values.tolist(), strict=True))  # the step's one host sync
+            # The gradient norm comes with the health sums (a NaN/Inf gradient is counted there).
+            metrics = torch.stack([loss.detach(), l1.detach(), ssim_value.detach(), mse.detach()])
+            values = torch.cat([metrics, health_sums(self.model.splats, grads)])
+        read = values.tolist()  # the step's one host sync
+        host = dict(zip(("loss", "l1", "ssim", "mse"), read[:4], strict=True))
+        host["psnr"] = psnr_from_mse(host["mse"])
+        host |= signals_from_sums(read[4:], self.num_gaussians, self.extent)
         ok = math.isfinite(host["loss"]) and host["grads_finite"] > 0.5
         skipped = not ok and cfg.skip_nonfinite
         events: dict[str, int] = {}

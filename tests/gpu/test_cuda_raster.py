@@ -145,6 +145,34 @@ def test_backgrounds_and_lower_sh_degree(cuda_ext):
     check(errors)
 
 
+def test_one_background_colour_inside_the_kernels(cuda_ext):
+    # [3] for all cameras, no depth channel, absgrad: the training loop's call.
+    g, viewmats, Ks = scene(3000, 120, 80, 1, seed=5)
+    bg = torch.tensor([0.3, 0.6, 0.1], device="cuda")
+    errors, out_c, _ = compare(
+        g, viewmats, Ks, 120, 80, backgrounds=bg, with_depth=False, absgrad=True
+    )
+    check(errors)
+    plain = gsnb.render(**g, viewmats=viewmats, Ks=Ks, width=120, height=80, backend="cuda")
+    expected = plain.rgb + (1.0 - plain.alpha) * bg
+    assert (out_c.rgb.detach() - expected).abs().max() < 1e-5
+
+
+def test_background_with_a_gradient(cuda_ext):
+    g, viewmats, Ks = scene(1500, 64, 64, 2, seed=6)
+    grads = {}
+    for backend, dtype in (("cuda", torch.float32), ("reference", torch.float64)):
+        bg = torch.tensor([0.2, 0.4, 0.8], device="cuda", dtype=dtype, requires_grad=True)
+        rest = {k: v.to(dtype) for k, v in g.items()}
+        out = gsnb.render(
+            **rest, viewmats=viewmats.to(dtype), Ks=Ks.to(dtype), width=64, height=64,
+            backgrounds=bg, backend=backend,
+        )  # fmt: skip
+        out.rgb.square().sum().backward()
+        grads[backend] = bg.grad
+    assert rel_err(grads["cuda"], grads["reference"]) < GRAD_TOL
+
+
 def test_several_cameras_equal_one_at_a_time(cuda_ext):
     g, viewmats, Ks = scene(4000, 130, 97, 3, seed=11)
     together = gsnb.render(**g, viewmats=viewmats, Ks=Ks, width=130, height=97, backend="cuda")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gsnb.train import fused_ssim
-from gsnb.train.losses import SSIM_C1, SSIM_C2, photometric_loss, ssim
+from gsnb.train.losses import SSIM_C1, SSIM_C2, photometric_loss, photometric_terms, ssim
 
 VALUE_TOL = 1e-5
 GRAD_TOL = 1e-4
@@ -67,6 +67,39 @@ def test_loss_gradient_matches(cuda_ext):
     ref, _, _ = photometric_loss(xd, y.double(), 0.2)
     ref.backward()
     assert rel_err(loss, ref) < VALUE_TOL
+    assert rel_err(xf.grad, xd.grad) < GRAD_TOL
+
+
+@pytest.mark.parametrize(
+    ("shape", "lam"),
+    [((96, 128, 3), 0.2), ((2, 37, 53, 3), 0.5), ((1, 9, 7, 3), 0.2), ((540, 960, 3), 0.0)],
+)
+def test_fused_photometric_terms_match_float64(cuda_ext, shape, lam):
+    # All four outputs, each with its own random weight, so every gradient path counts.
+    x, y = images(shape, seed=len(shape) + shape[-2])
+    weights = torch.tensor([1.0, 0.3, -0.7, 2.0], dtype=torch.float64)
+    xf = x.clone().requires_grad_(True)
+    got = photometric_terms(xf, y, lam)
+    sum(w * t for w, t in zip(weights.tolist(), got, strict=True)).backward()
+    xd = x.double().requires_grad_(True)
+    want = photometric_terms(xd, y.double(), lam)
+    sum(w * t for w, t in zip(weights.tolist(), want, strict=True)).backward()
+    for name, a, b in zip(("loss", "l1", "ssim", "mse"), got, want, strict=True):
+        assert a.dtype == torch.float32 and rel_err(a, b) < VALUE_TOL, (name, a.item(), b.item())
+    assert rel_err(xf.grad, xd.grad) < GRAD_TOL
+
+
+def test_fused_photometric_loss_alone_and_without_gradient(cuda_ext):
+    x, y = images((1, 64, 80, 3), seed=9)
+    assert fused_ssim.available(x, y, 11, "photometric_forward")
+    with torch.no_grad():
+        loss, l1, s, mse = photometric_terms(x, y, 0.2)
+    ref = photometric_terms(x.double(), y.double(), 0.2)
+    assert rel_err(torch.stack([loss, l1, s, mse]), torch.stack(ref)) < VALUE_TOL
+    xf = x.clone().requires_grad_(True)
+    photometric_terms(xf, y, 0.2)[0].backward()  # only the loss: the others get no gradient
+    xd = x.double().requires_grad_(True)
+    photometric_terms(xd, y.double(), 0.2)[0].backward()
     assert rel_err(xf.grad, xd.grad) < GRAD_TOL
 
 

@@ -130,7 +130,8 @@ def test_health_signals_and_monitor() -> None:
         "opacities": torch.tensor([0.0, 0.0]),
         "means": torch.tensor([[0.0, 0.0, math.nan], [0.0, 0.0, 0.0]]),
     }
-    values = dict(zip(HEALTH_SIGNALS, health_signals(splats, extent=4.0).tolist(), strict=True))
+    values = health_signals(splats, extent=4.0)
+    assert list(values) == list(HEALTH_SIGNALS)
     assert values["scale_max"] == pytest.approx(2.0)
     assert values["anisotropy"] == pytest.approx(math.sqrt(2.0 * 16.0))
     assert values["anisotropy_max"] == pytest.approx(16.0)
@@ -143,3 +144,22 @@ def test_health_signals_and_monitor() -> None:
     assert monitor.check(3, {"loss": 1.0}, 10, True) == []
     with pytest.warns(TrainingHealthWarning, match="gradient is NaN"):
         monitor.check(4, {"loss": 1.0, "grads_finite": 0.0}, 10, True)
+
+
+def test_signals_from_sums_match_direct_statistics() -> None:
+    gen = torch.Generator().manual_seed(0)
+    log_s = torch.randn(50, 3, generator=gen) - 3.0
+    logits = torch.randn(50, generator=gen)
+    splats = {"scales": log_s, "opacities": logits, "means": torch.zeros(50, 3)}
+    got = health_signals(splats, extent=2.5)
+    top, low = log_s.amax(-1), log_s.amin(-1)
+    assert got["scale_max"] == pytest.approx(math.exp(top.max()) / 2.5, rel=1e-6)
+    assert got["scale_spread"] == pytest.approx(top.std().item(), rel=1e-5)
+    assert got["anisotropy"] == pytest.approx(torch.exp((top - low).mean()).item(), rel=1e-6)
+    assert got["anisotropy_max"] == pytest.approx(torch.exp((top - low).max()).item(), rel=1e-6)
+    assert got["mean_opacity"] == pytest.approx(torch.sigmoid(logits).mean().item(), rel=1e-6)
+    assert got["params_finite"] == 1.0
+    one = health_signals({"scales": log_s[:1], "opacities": logits[:1]}, extent=1.0)
+    assert one["scale_spread"] == 0.0
+    huge = health_signals({"scales": torch.full((2, 3), 1000.0), "opacities": logits[:2]}, 1.0)
+    assert huge["scale_max"] == math.inf

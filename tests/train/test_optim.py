@@ -29,3 +29,26 @@ def test_optimizer_groups_are_named_and_settable() -> None:
     assert opt.defaults["eps"] == 1e-15
     set_learning_rates(opt, {"means": 0.3, "sh0": 0.4})
     assert [g["lr"] for g in opt.param_groups] == [0.3, 0.4]
+
+
+def test_gaussian_adam_is_torch_adam_off_the_gpu() -> None:
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"means": (5, 3), "scales": (5, 3), "shN": (5, 15, 3)}
+    ours = {k: nn.Parameter(torch.randn(s, generator=gen)) for k, s in shapes.items()}
+    theirs = {k: nn.Parameter(v.detach().clone()) for k, v in ours.items()}
+    rates = {"means": 0.01, "scales": 0.005, "shN": 0.001}
+    opt = make_optimizer(ours, rates)
+    ref = torch.optim.Adam([{"params": [p], "lr": rates[k]} for k, p in theirs.items()], eps=1e-15)
+    for _ in range(3):
+        for k in ours:
+            ours[k].grad = theirs[k].grad = torch.randn(shapes[k], generator=gen)
+        opt.step()
+        ref.step()
+    for k in ours:
+        assert torch.equal(ours[k], theirs[k])
+    saved = opt.state_dict()
+    saved["param_groups"][0]["fused"] = True  # as a fused torch Adam writes it
+    again = make_optimizer({k: nn.Parameter(v.detach().clone()) for k, v in ours.items()}, rates)
+    again.load_state_dict(saved)
+    assert all(g["fused"] is None for g in again.param_groups)
+    assert float(next(iter(again.state.values()))["step"]) == 3.0

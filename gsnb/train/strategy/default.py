@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from gsnb.train.knobs import knob
 from gsnb.train.strategy import ops
@@ -111,9 +111,14 @@ class DefaultStrategy(Strategy):
                 )
             return  # nothing was visible, so no Gaussian received a gradient
         _running_sums(params, state)
-        cams = info["n_cameras"]
-        norm = grads.new_tensor([info["width"] / 2.0 * cams, info["height"] / 2.0 * cams])
-        visible = (info["radii"] > 0).all(-1)  # [C, N]
+        cams, radii = info["n_cameras"], info["radii"]
+        sx, sy = info["width"] / 2.0 * cams, info["height"] / 2.0 * cams
+        fused = _accumulate_kernel(grads, radii)
+        if fused is not None:
+            fused(grads, radii, sx, sy, state["grad2d"], state["count"])
+            return
+        norm = grads.new_tensor([sx, sy])
+        visible = (radii > 0).all(-1)  # [C, N]
         state["grad2d"] += torch.where(visible, (grads * norm).norm(dim=-1), 0.0).sum(0)
         state["count"] += visible.sum(0).to(grads.dtype)
 
@@ -154,6 +159,17 @@ class DefaultStrategy(Strategy):
             )
             doomed = doomed | too_big
         return ops.remove(params, optimizer, state, doomed)
+
+
+def _accumulate_kernel(grads: Tensor, radii: Tensor) -> Any:
+    """The one-launch ``accumulate`` of ``csrc/densify.cu`` when it takes these tensors."""
+    if not (grads.is_cuda and grads.dtype == torch.float32 and grads.is_contiguous()):
+        return None
+    if radii.dtype != torch.int32 or not radii.is_contiguous() or radii.shape != grads.shape:
+        return None
+    from gsnb.render import cuda
+
+    return cuda.kernel("accumulate_grad2d")
 
 
 def _running_sums(params: MutableMapping[str, nn.Parameter], state: dict) -> None:

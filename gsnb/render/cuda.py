@@ -138,19 +138,21 @@ class _Rasterize(torch.autograd.Function):
         rgb, depth, alpha, last_ids = _require().rasterize_forward(
             means2d, conics, feats, opacities, offsets, flat_ids, width, height, backgrounds
         )
+        # The backgrounds (no gradient) are saved too, so an in-place change before the
+        # backward pass is caught.
         ctx.save_for_backward(
-            means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids
-        )
+            means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids,
+            backgrounds,
+        )  # fmt: skip
         ctx.size = size
         ctx.absgrad_sink = absgrad_sink
-        ctx.backgrounds = backgrounds  # constant colours: no gradient
         ctx.set_materialize_grads(False)
         return rgb, depth, alpha
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, v_rgb: Tensor, v_depth: Tensor, v_alpha: Tensor):  # type: ignore[override]
-        means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids = (
+        means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids, bg = (
             ctx.saved_tensors
         )
         width, height = ctx.size
@@ -158,7 +160,7 @@ class _Rasterize(torch.autograd.Function):
         grads = _require().rasterize_backward(
             means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha, depth,
             last_ids, _grad(v_rgb, (*alpha.shape[:3], 3), alpha), _grad(v_depth, None, alpha),
-            _grad(v_alpha, None, alpha), sink is not None, ctx.backgrounds,
+            _grad(v_alpha, None, alpha), sink is not None, bg,
         )  # fmt: skip
         if sink is not None:
             sink.add_(grads[4])

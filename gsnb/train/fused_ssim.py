@@ -85,12 +85,14 @@ def ssim_map(img1: Tensor, img2: Tensor, *, pad: int, sigma: float, c1: float, c
 class _FusedPhotometric(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, render: Tensor, target: Tensor, settings: tuple[int, float, float, float, float]
+        ctx: Any,
+        render: Tensor,
+        target: Tensor,
+        settings: tuple[int, float, float, float, float, bool],
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         from gsnb.render import cuda
 
-        pad, sigma, c1, c2, lam = settings
-        grad = render.requires_grad
+        pad, sigma, c1, c2, lam, grad = settings
         stats, d_mu, d_xx, d_xy = cuda.kernel("photometric_forward")(
             render, target, pad, sigma, c1, c2, lam, grad
         )
@@ -106,7 +108,7 @@ class _FusedPhotometric(torch.autograd.Function):
         from gsnb.render import cuda
 
         render, target, d_mu, d_xx, d_xy = ctx.saved_tensors
-        pad, sigma, _, _, lam = ctx.settings
+        pad, sigma, _, _, lam, _ = ctx.settings
         v_render = cuda.kernel("photometric_backward")(
             render, target, d_mu, d_xx, d_xy, pad, sigma, lam, g_loss, g_l1, g_ssim, g_mse
         )
@@ -131,6 +133,8 @@ def photometric(
         >>> round(loss.item(), 6), round(s.item(), 6)
         (0.0, 1.0)
     """
+    # Derivative maps only when a backward pass can follow (not under torch.no_grad()).
+    grad = render.requires_grad and torch.is_grad_enabled()
     return _FusedPhotometric.apply(
-        render.contiguous(), target.contiguous(), (pad, sigma, c1, c2, lam)
+        render.contiguous(), target.contiguous(), (pad, sigma, c1, c2, lam, grad)
     )

@@ -29,6 +29,8 @@ HEALTH_SIGNALS = (
 SUMS = 9
 """Length of :func:`health_sums`' tensor."""
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
 
 @torch.no_grad()
 def health_sums(splats: Mapping[str, Tensor], grads: Sequence[Tensor] = ()) -> Tensor:
@@ -52,8 +54,11 @@ def health_sums(splats: Mapping[str, Tensor], grads: Sequence[Tensor] = ()) -> T
     log_s, logits = splats["scales"].detach(), splats["opacities"].detach()
     params = [p.detach() for p in splats.values()]
     grads = [g.detach() for g in grads]
-    if log_s.shape[0] == 0:
-        return torch.tensor([0.0] + [math.nan] * (SUMS - 1), dtype=torch.float64).to(log_s.device)
+    if log_s.shape[0] == 0:  # no Gaussian statistics; the gradients still count
+        empty = [0.0] + [math.nan] * 6
+        squares = sum(float(g.double().square().sum()) for g in grads)
+        bad_grads = sum(int((~torch.isfinite(g)).sum()) for g in grads)
+        return torch.tensor([*empty, squares, bad_grads], dtype=torch.float64).to(log_s.device)
     fused = _kernel(params, grads)
     if fused is not None:
         return fused(log_s, logits, params, grads)
@@ -102,7 +107,8 @@ def signals_from_sums(sums: Sequence[float], count: int, extent: float) -> dict[
     - ``mean_opacity``: mean opacity in [0, 1];
     - ``params_finite``: 1 when every parameter is finite, else 0;
     - ``grad_norm``: the L2 norm of all gradients (NaN when one is not finite);
-    - ``grads_finite``: 1 when every gradient is finite, else 0.
+    - ``grads_finite``: 1 when every gradient is finite and their squared norm fits
+      float32, else 0.
 
     A NaN scale or opacity makes the signals it enters NaN.
 
@@ -116,9 +122,10 @@ def signals_from_sums(sums: Sequence[float], count: int, extent: float) -> dict[
         3.0
     """
     bad, top_max, top_sum, top_sq, ratio_sum, ratio_max, opacity_sum, grad_sq, bad_grads = sums
+    # A norm past float32's range counts as non-finite too: Adam squares gradients in float32.
     grads = {
         "grad_norm": math.sqrt(grad_sq) if bad_grads == 0 else math.nan,
-        "grads_finite": float(bad_grads == 0),
+        "grads_finite": float(bad_grads == 0 and grad_sq <= FLOAT32_MAX),
     }
     if count == 0:
         nan = dict.fromkeys(HEALTH_SIGNALS[:-1], math.nan)

@@ -118,7 +118,7 @@ class GaussianAdam(torch.optim.Adam):
                 if not (p.is_cuda and p.dtype == torch.float32 and p.is_contiguous()):
                     return None
                 state = self.state.get(p)
-                if state and (state["step"].is_cuda or not state["exp_avg"].is_contiguous()):
+                if state and not _kernel_state(state, p):
                     return None
         from gsnb.render import cuda
 
@@ -133,6 +133,14 @@ class GaussianAdam(torch.optim.Adam):
                 state = self.state.get(p)
                 if state and isinstance(state.get("step"), Tensor):
                     state["step"] = torch.tensor(float(state["step"]))
+
+
+def _kernel_state(state: dict[str, Any], param: Tensor) -> bool:
+    """Whether ``adam_step`` takes this state: a host-side step, float32 moments like ``param``."""
+    moments = (state["exp_avg"], state["exp_avg_sq"])
+    return not state["step"].is_cuda and all(
+        m.is_contiguous() and m.dtype == torch.float32 and m.device == param.device for m in moments
+    )
 
 
 _KERNEL_TENSORS = 8

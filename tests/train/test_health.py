@@ -10,7 +10,13 @@ import torch
 import gsnb
 from gsnb.train import TrainConfig, Trainer, TrainingHealthWarning
 from gsnb.train import regularizers as reg
-from gsnb.train.health import HEALTH_SIGNALS, HealthMonitor, health_signals
+from gsnb.train.health import (
+    HEALTH_SIGNALS,
+    HealthMonitor,
+    health_signals,
+    health_sums,
+    signals_from_sums,
+)
 
 
 class PoisonedRenderer:
@@ -163,3 +169,15 @@ def test_signals_from_sums_match_direct_statistics() -> None:
     assert one["scale_spread"] == 0.0
     huge = health_signals({"scales": torch.full((2, 3), 1000.0), "opacities": logits[:2]}, 1.0)
     assert huge["scale_max"] == math.inf
+
+
+def test_gradient_sums_flag_overflow_and_survive_an_empty_model() -> None:
+    splats = {"scales": torch.zeros(2, 3), "opacities": torch.zeros(2)}
+    huge = [torch.full((3,), 3e19)]  # its squared norm is past float32's range
+    signals = signals_from_sums(health_sums(splats, huge).tolist(), 2, 1.0)
+    assert signals["grads_finite"] == 0.0 and math.isfinite(signals["grad_norm"])
+    empty = {"scales": torch.zeros(0, 3), "opacities": torch.zeros(0)}
+    sums = health_sums(empty, [torch.full((4,), 0.5)]).tolist()
+    signals = signals_from_sums(sums, 0, 1.0)
+    assert signals["grads_finite"] == 1.0 and signals["grad_norm"] == 1.0
+    assert math.isnan(signals["scale_max"]) and signals["params_finite"] == 1.0

@@ -52,3 +52,17 @@ def test_gaussian_adam_is_torch_adam_off_the_gpu() -> None:
     again.load_state_dict(saved)
     assert all(g["fused"] is None for g in again.param_groups)
     assert float(next(iter(again.state.values()))["step"]) == 3.0
+
+
+def test_the_one_launch_adam_takes_only_float32_host_step_states() -> None:
+    from gsnb.train.optim import _kernel_state
+
+    p = torch.zeros(4, 3)
+    good = {
+        "step": torch.tensor(1.0),
+        "exp_avg": torch.zeros(4, 3),
+        "exp_avg_sq": torch.zeros(4, 3),
+    }
+    assert _kernel_state(good, p)
+    assert not _kernel_state(good | {"exp_avg_sq": torch.zeros(4, 3, dtype=torch.float64)}, p)
+    assert not _kernel_state(good | {"exp_avg": torch.zeros(3, 4).t()}, p)

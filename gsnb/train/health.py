@@ -54,36 +54,27 @@ def health_sums(splats: Mapping[str, Tensor], grads: Sequence[Tensor] = ()) -> T
     log_s, logits = splats["scales"].detach(), splats["opacities"].detach()
     params = [p.detach() for p in splats.values()]
     grads = [g.detach() for g in grads]
-    if log_s.shape[0] == 0:  # no Gaussian statistics; the gradients still count
-        empty = [0.0] + [math.nan] * 6
-        squares = sum(float(g.double().square().sum()) for g in grads)
-        bad_grads = sum(int((~torch.isfinite(g)).sum()) for g in grads)
-        return torch.tensor([*empty, squares, bad_grads], dtype=torch.float64).to(log_s.device)
-    fused = _kernel(params, grads)
+    fused = _kernel(params, grads) if log_s.shape[0] > 0 else None
     if fused is not None:
         return fused(log_s, logits, params, grads)
+    zero = torch.zeros((), dtype=torch.float64, device=log_s.device)
+    counts = [_non_finite(params, zero)]
+    gradient = [sum((g.double().square().sum() for g in grads), zero), _non_finite(grads, zero)]
+    if log_s.shape[0] == 0:  # no Gaussian statistics; the gradients still count
+        return torch.stack([*counts, *[zero + math.nan] * 6, *gradient])
     top = log_s.amax(-1)
     ratio = top - log_s.amin(-1)
     first = top[0].double()
     shifted = top.double() - torch.where(torch.isfinite(first), first, 0.0)
-    zero = shifted.new_zeros(())
+    scales = [top.max().double(), shifted.sum(), (shifted * shifted).sum()]
+    ratios = [ratio.double().sum(), ratio.max().double()]
+    opacity = [torch.sigmoid(logits.double()).sum()]
+    return torch.stack([*counts, *scales, *ratios, *opacity, *gradient])
 
-    def bad(tensors: list[Tensor]) -> Tensor:
-        return sum(((~torch.isfinite(t)).sum().double() for t in tensors), zero)
 
-    return torch.stack(
-        [
-            bad(params),
-            top.max().double(),
-            shifted.sum(),
-            (shifted * shifted).sum(),
-            ratio.double().sum(),
-            ratio.max().double(),
-            torch.sigmoid(logits.double()).sum(),
-            sum((g.double().square().sum() for g in grads), zero),
-            bad(grads),
-        ]
-    )
+def _non_finite(tensors: list[Tensor], zero: Tensor) -> Tensor:
+    """The number of NaN/Inf values in ``tensors``, as a float64 scalar like ``zero``."""
+    return sum(((~torch.isfinite(t)).sum().double() for t in tensors), zero)
 
 
 def _kernel(params: list[Tensor], grads: list[Tensor]) -> Any:

@@ -20,6 +20,17 @@ def _gaussian_kernel(size: int, sigma: float, like: Tensor) -> Tensor:
     return g / g.sum()
 
 
+def _window_pad(img: Tensor, window_size: int, padding: str) -> int:
+    """Zero padding of the SSIM window: none for "valid", unless the image is smaller."""
+    h, w = img.shape[-3:-1]
+    return 0 if padding == "valid" and min(h, w) >= window_size else window_size // 2
+
+
+def _batched(img: Tensor) -> Tensor:
+    """``[..., H, W, C]`` as ``[B, H, W, C]``."""
+    return img.reshape(-1, *img.shape[-3:])
+
+
 def ssim(
     img1: Tensor,
     img2: Tensor,
@@ -59,10 +70,8 @@ def ssim(
         raise ValueError(f"padding must be 'valid' or 'same', got {padding!r}")
     if img1.dim() < 3 or img1.shape[-1] != 3:
         raise ValueError(f"image has shape {list(img1.shape)}; expected [..., H, W, 3]")
-    h, w = img1.shape[-3:-1]
-    pad = 0 if padding == "valid" and min(h, w) >= window_size else window_size // 2
-    a = img1.reshape(-1, *img1.shape[-3:])  # [B, H, W, 3]
-    b = img2.reshape(-1, *img2.shape[-3:])
+    pad = _window_pad(img1, window_size, padding)
+    a, b = _batched(img1), _batched(img2)
     if fused_ssim.available(img1, img2, window_size):
         fused = fused_ssim.ssim_map(a, b, pad=pad, sigma=sigma, c1=SSIM_C1, c2=SSIM_C2)
         return fused.mean() if reduce else fused.flatten(1).mean(1)
@@ -155,12 +164,10 @@ def photometric_terms(
         and render.shape[-1] == 3
         and fused_ssim.available(render, target, 11, "photometric_forward")
     ):
-        h, w = render.shape[-3:-1]
-        pad = 0 if min(h, w) >= 11 else 11 // 2
-        a, b = render.reshape(-1, *render.shape[-3:]), target.reshape(-1, *target.shape[-3:])
         return fused_ssim.photometric(
-            a, b, pad=pad, sigma=1.5, c1=SSIM_C1, c2=SSIM_C2, lam=float(ssim_lambda)
-        )
+            _batched(render), _batched(target), pad=_window_pad(render, 11, "valid"), sigma=1.5,
+            c1=SSIM_C1, c2=SSIM_C2, lam=float(ssim_lambda),
+        )  # fmt: skip
     l1 = (render - target).abs().mean()
     s = ssim(render, target)
     mse = F.mse_loss(render, target)

@@ -85,7 +85,9 @@ def main() -> int:
         fused_ssim.available = lambda *_: False  # the plain PyTorch path of losses.ssim
     renderer = gsnb_renderer() if args.renderer == "gsnb" else gsplat_renderer
     data = load_dataset(args.data, downscale=args.downscale, test_every=8)
-    config = TrainConfig(steps=7000, seed=0, device="cuda", downscale=args.downscale)
+    config = TrainConfig(
+        steps=7000, seed=0, device="cuda", downscale=args.downscale, backend="cuda"
+    )
     trainer = Trainer(data, config, renderer=renderer)
     trainer.run(args.warm)
     trainer.strategy.refine_stop_iter = 0  # hold the Gaussian count still from here on

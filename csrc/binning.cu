@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include "common.cuh"
 #include "ops.h"
@@ -31,26 +32,27 @@ __global__ void depth_keys_kernel(
 
 __global__ void gather_counts_kernel(
     int64_t total, const int* __restrict__ order, const int* __restrict__ tiles,
-    int* __restrict__ counts) {
+    int64_t* __restrict__ counts) {
   const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (p < total) counts[p] = tiles[order[p]];
 }
 
 __global__ void emit_kernel(
-    int64_t total, int n, const int* __restrict__ order, const int* __restrict__ ends,
+    int64_t total, int n, const int* __restrict__ order, const int64_t* __restrict__ ends,
     const float* __restrict__ means2d, const float* __restrict__ conics,
-    const float* __restrict__ opacities, const int* __restrict__ radii, int width, int height,
+    const float* __restrict__ opacities, bool stored, const int* __restrict__ radii, int width,
+    int height,
     int tiles_x, int num_tiles, uint32_t* __restrict__ keys, int* __restrict__ values) {
   const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (p >= total) return;
-  int pos = p == 0 ? 0 : ends[p - 1];
-  const int end = ends[p];
+  int pos = p == 0 ? 0 : (int)ends[p - 1];
+  const int end = (int)ends[p];
   if (pos == end) return;
   const int idx = order[p];
   const int cid = idx / n;
   const int gid = idx - cid * n;
   float r2;
-  if (!extent2(opacities[gid], &r2)) return;
+  if (!extent2(opacity_of(opacities[gid], stored), &r2)) return;
   const uint32_t cam_base = (uint32_t)cid * (uint32_t)num_tiles;
   for_each_tile(
       means2d[idx * 2], means2d[idx * 2 + 1], conics[idx * 3], conics[idx * 3 + 1],
@@ -111,7 +113,7 @@ std::pair<at::Tensor, at::Tensor> sort_pairs(
 std::vector<at::Tensor> bin_splats(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& opacities,
     const at::Tensor& depths, const at::Tensor& radii, const at::Tensor& tiles, int64_t width,
-    int64_t height) {
+    int64_t height, bool stored) {
   const c10::cuda::OptionalCUDAGuard guard(means2d.device());
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t c = means2d.size(0), n = means2d.size(1), total = c * n;
@@ -121,11 +123,9 @@ std::vector<at::Tensor> bin_splats(
   TORCH_CHECK(c * num_tiles < (int64_t(1) << 31), "too many cameras x tiles: ", c * num_tiles);
   TORCH_CHECK(total < (int64_t(1) << 31), "too many cameras x Gaussians: ", total);
 
-  const int64_t m = total > 0 ? tiles.sum(at::kLong).item<int64_t>() : 0;
-  TORCH_CHECK(m < (int64_t(1) << 31), "more than 2^31 splat-tile intersections: ", m);
   auto iopt = means2d.options().dtype(at::kInt);
   auto offsets = at::empty({c, tiles_y, tiles_x}, iopt);
-  if (m == 0) {
+  if (total == 0) {
     offsets.zero_();
     return {offsets, at::empty({0}, iopt)};
   }
@@ -151,19 +151,39 @@ std::vector<at::Tensor> bin_splats(
     }
   }
 
-  // 2. Where each splat's intersections go, in that order.
-  auto ends = at::empty({total}, iopt);
+  // 2. Where each splat's intersections end, in that order; the last end is their count.
+  auto lopt = means2d.options().dtype(at::kLong);
+  auto counts = at::empty({total}, lopt);
+  auto ends = at::empty({total}, lopt);
   gather_counts_kernel<<<blocks(total), kThreads, 0, stream>>>(
-      total, order.data_ptr<int>(), tiles.data_ptr<int>(), ends.data_ptr<int>());
+      total, order.data_ptr<int>(), tiles.data_ptr<int>(), counts.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  ends = at::cumsum(ends, 0, at::kInt);
+  {
+    size_t temp_bytes = 0;
+    cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, counts.data_ptr<int64_t>(),
+                                  ends.data_ptr<int64_t>(), total, stream);
+    auto temp = at::empty({(int64_t)temp_bytes}, means2d.options().dtype(at::kByte));
+    cub::DeviceScan::InclusiveSum(temp.data_ptr(), temp_bytes, counts.data_ptr<int64_t>(),
+                                  ends.data_ptr<int64_t>(), total, stream);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  counts = at::Tensor();
+  int64_t m = 0;  // the step's one wait for the GPU: the intersection buffers' size
+  C10_CUDA_CHECK(cudaMemcpyAsync(&m, ends.data_ptr<int64_t>() + (total - 1), sizeof(int64_t),
+                                 cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  TORCH_CHECK(m < (int64_t(1) << 31), "more than 2^31 splat-tile intersections: ", m);
+  if (m == 0) {
+    offsets.zero_();
+    return {offsets, at::empty({0}, iopt)};
+  }
 
   // 3. One (camera, tile) key per intersection, then a stable sort on those keys only.
   auto keys = at::empty({m}, iopt);
   auto values = at::empty({m}, iopt);
   emit_kernel<<<blocks(total), kThreads, 0, stream>>>(
-      total, n, order.data_ptr<int>(), ends.data_ptr<int>(), means2d.data_ptr<float>(),
-      conics.data_ptr<float>(), opacities.data_ptr<float>(), radii.data_ptr<int>(), width,
+      total, n, order.data_ptr<int>(), ends.data_ptr<int64_t>(), means2d.data_ptr<float>(),
+      conics.data_ptr<float>(), opacities.data_ptr<float>(), stored, radii.data_ptr<int>(), width,
       height, tiles_x, num_tiles, reinterpret_cast<uint32_t*>(keys.data_ptr<int>()),
       values.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

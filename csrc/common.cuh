@@ -34,6 +34,13 @@ __device__ __forceinline__ Mat3 quat_to_rotmat(float w, float x, float y, float 
   return r;
 }
 
+// A stored parameter as the renderer uses it. With `stored` the inputs are the parameters as
+// 3DGS trains them (log-scales, opacity logits) and the kernels apply exp and the sigmoid.
+__device__ __forceinline__ float opacity_of(float v, bool stored) {
+  return stored ? 1.f / (1.f + expf(-v)) : v;
+}
+__device__ __forceinline__ float scale_of(float v, bool stored) { return stored ? expf(v) : v; }
+
 // Half extents of the box where alpha = o * exp(-q/2) can reach 1/255, given the
 // 2D covariance diagonal; returns false when the opacity alone is below 1/255.
 __device__ __forceinline__ bool extent2(float opacity, float* out) {

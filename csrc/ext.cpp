@@ -5,7 +5,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 1;
+  m.attr("ABI_VERSION") = 2;
   m.def("project_forward", &gsnb::project_forward, "EWA projection + SH + tile counts");
   m.def("project_backward", &gsnb::project_backward, "backward of project_forward");
   m.def("bin_splats", &gsnb::bin_splats, "sort splat-tile intersections by tile and depth");

@@ -8,29 +8,35 @@
 
 namespace gsnb {
 
+// `stored` (here and below): scales are log-scales and opacities logits, as 3DGS trains them;
+// the kernels apply exp and the sigmoid and return gradients of the stored values.
+
 // -> means2d [C,N,2], conics [C,N,3], depths [C,N], radii [C,N,2] int32, feats [C,N,3|4]
 //    (rgb, and depth when with_depth), tiles [C,N] int32 (tiles each splat touches).
-//    coeffs: RGB [N,3] (sh_degree -1) or SH [N,K,3].
+//    coeffs: RGB [N,3] (sh_degree -1) or SH [N,K,3]; with rest [N,KR,3] (optional) the SH
+//    coefficients are coeffs' K followed by rest's KR (3DGS's sh0 and shN).
 std::vector<at::Tensor> project_forward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
-    const at::Tensor& opacities, const at::Tensor& coeffs, const at::Tensor& viewmats,
-    const at::Tensor& Ks, int64_t width, int64_t height, double near_plane, double far_plane,
-    int64_t sh_degree, bool with_depth);
+    const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
+    const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
+    double near_plane, double far_plane, int64_t sh_degree, bool with_depth, bool stored);
 
-// -> v_means [N,3], v_quats [N,4], v_scales [N,3], v_coeffs (shape of coeffs).
+// -> v_means [N,3], v_quats [N,4], v_scales [N,3], v_coeffs (shape of coeffs), v_rest (shape
+//    of rest; empty without).
 std::vector<at::Tensor> project_backward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
-    const at::Tensor& coeffs, const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width,
-    int64_t height, double near_plane, double far_plane, int64_t sh_degree,
-    const at::Tensor& radii, const at::Tensor& conics, const at::Tensor& v_means2d,
-    const at::Tensor& v_conics, const at::Tensor& v_feats, const at::Tensor& v_depths);
+    const at::Tensor& coeffs, const std::optional<at::Tensor>& rest, const at::Tensor& viewmats,
+    const at::Tensor& Ks, int64_t width, int64_t height, double near_plane, double far_plane,
+    int64_t sh_degree, const at::Tensor& radii, const at::Tensor& conics,
+    const at::Tensor& v_means2d, const at::Tensor& v_conics, const at::Tensor& v_feats,
+    const at::Tensor& v_depths, bool stored);
 
 // -> tile offsets [C, tiles_y, tiles_x] int32, splat ids [M] int32 (flat index c * N + n),
 //    sorted by camera, tile and depth.
 std::vector<at::Tensor> bin_splats(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& opacities,
     const at::Tensor& depths, const at::Tensor& radii, const at::Tensor& tiles, int64_t width,
-    int64_t height);
+    int64_t height, bool stored);
 
 // -> rgb [C,H,W,3], expected depth [C,H,W,1] (empty without a depth channel), alpha [C,H,W,1],
 //    last ids [C,H,W] int32. feats [C,N,3|4]: colours, and depth as a fourth channel.
@@ -38,7 +44,7 @@ std::vector<at::Tensor> bin_splats(
 std::vector<at::Tensor> rasterize_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height, const std::optional<at::Tensor>& backgrounds);
+    int64_t width, int64_t height, const std::optional<at::Tensor>& backgrounds, bool stored);
 
 // -> v_means2d [C,N,2], v_conics [C,N,3], v_feats [C,N,3|4], v_opacities [N] (+ |v_means2d|
 //    summed per pixel [C,N,2] when absgrad).
@@ -47,7 +53,8 @@ std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
     int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
     const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
-    const at::Tensor& v_alpha, bool absgrad, const std::optional<at::Tensor>& backgrounds);
+    const at::Tensor& v_alpha, bool absgrad, const std::optional<at::Tensor>& backgrounds,
+    bool stored);
 
 // Fused SSIM with an 11-tap Gaussian window over [B, H, W, C] float32 images.
 // -> map [B, Ho, Wo, C] (Ho = H + 2 pad - 10), and with_grad its derivatives with respect

@@ -49,8 +49,8 @@ struct Splat {
 };
 
 __device__ __forceinline__ bool compute_splat(
-    const Camera& cam, const float* mean, const float* quat, const float* scale, int width,
-    int height, float near_plane, float far_plane, Splat& sp) {
+    const Camera& cam, const float* mean, const float* quat, const float* scale, bool stored,
+    int width, int height, float near_plane, float far_plane, Splat& sp) {
 #pragma unroll
   for (int i = 0; i < 3; ++i)
     sp.p[i] = cam.r[i][0] * mean[0] + cam.r[i][1] * mean[1] + cam.r[i][2] * mean[2] + cam.t[i];
@@ -83,7 +83,7 @@ __device__ __forceinline__ bool compute_splat(
   const Mat3 rq = quat_to_rotmat(sp.q[0], sp.q[1], sp.q[2], sp.q[3]);
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
-    sp.s[i] = scale[i];
+    sp.s[i] = scale_of(scale[i], stored);
 #pragma unroll
     for (int j = 0; j < 3; ++j) sp.rq[i][j] = rq.m[i][j];
   }
@@ -116,21 +116,40 @@ __device__ __forceinline__ bool compute_splat(
 
 constexpr int kThreads = 128;
 
+// Each Gaussian's SH coefficients (or RGB): one [N, K, 3] tensor (rest_k 0), or the first
+// head_k bases and the other rest_k in two tensors, as 3DGS stores them (sh0 and shN).
+struct Coeffs {
+  const float* head;
+  int head_k;
+  const float* rest;
+  int rest_k;
+  // Entry e (basis e / 3, channel e % 3) of Gaussian g's coefficients.
+  __device__ __forceinline__ float at(int64_t g, int e) const {
+    const int h = head_k * 3;
+    return e < h ? head[g * h + e] : rest[g * (rest_k * 3) + (e - h)];
+  }
+};
+
 int blocks_for(int64_t n) { return (int)((n + kThreads - 1) / kThreads); }
 
 // The SH coefficients of a block's Gaussians are staged through shared memory: one
 // padded row per thread, filled and drained by coalesced, cooperative copies.
 __device__ __forceinline__ void stage_coeffs_in(
-    const float* __restrict__ coeffs, float* rows, int row_len, int used, int stored, int64_t idx0,
-    int count, int n) {
+    const Coeffs& cf, float* rows, int row_len, int used, int64_t idx0, int count, int n) {
   const float inv = 1.f / (float)used;
   for (int e = threadIdx.x; e < count * used; e += blockDim.x) {
     const int r = __float2int_rz(((float)e + 0.5f) * inv);  // e / used, exact for e < 2^16
     const int k = e - r * used;
     const int64_t g = (idx0 + r) % n;
-    rows[r * row_len + k] = coeffs[g * stored + k];
+    rows[r * row_len + k] = cf.at(g, k);
   }
 }
+
+// Coalesced write-back of a block's staged coefficient gradients into one [N, width / 3, 3]
+// tensor whose row entries start at entry `first` of a Gaussian's row (zeros past `used`).
+__device__ __forceinline__ void stage_coeffs_out(
+    const float* rows, int row_len, int used, int first, int width, int64_t idx0, int count,
+    int n, bool atomic, float* __restrict__ out);
 
 // Directions from the camera centre (-R^T t) to the Gaussian, in world space.
 __device__ __forceinline__ void view_dir(const Camera& cam, const float* mean, float* dir) {
@@ -141,8 +160,8 @@ __device__ __forceinline__ void view_dir(const Camera& cam, const float* mean, f
 
 __global__ void __launch_bounds__(kThreads) project_forward_kernel(
     int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
-    const float* __restrict__ scales, const float* __restrict__ opacities,
-    const float* __restrict__ coeffs, int num_coeffs, int sh_degree,
+    const float* __restrict__ scales, const float* __restrict__ opacities, bool stored,
+    Coeffs cf, int sh_degree,
     const float* __restrict__ viewmats, const float* __restrict__ Ks, int width, int height,
     float near_plane, float far_plane, float* __restrict__ means2d, float* __restrict__ conics,
     float* __restrict__ depths, int* __restrict__ radii, float* __restrict__ feats, int channels,
@@ -164,12 +183,12 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
   for (int ch = 0; ch < channels; ++ch) feat[ch] = 0.f;
 
   Splat sp;
-  const bool ok = compute_splat(cam, means + gid * 3, quats + gid * 4, scales + gid * 3, width,
-                                height, near_plane, far_plane, sp);
+  const bool ok = compute_splat(cam, means + gid * 3, quats + gid * 4, scales + gid * 3, stored,
+                                width, height, near_plane, far_plane, sp);
   depths[idx] = sp.p[2];
   if (!ok) return;
   float r2;
-  if (!extent2(opacities[gid], &r2)) return;
+  if (!extent2(opacity_of(opacities[gid], stored), &r2)) return;
   const float rz = 1.f / sp.p[2];
   const float mx = cam.fx * sp.p[0] * rz + cam.cx;
   const float my = cam.fy * sp.p[1] * rz + cam.cy;
@@ -195,7 +214,7 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
 
   if (sh_degree < 0) {
 #pragma unroll
-    for (int ch = 0; ch < 3; ++ch) feat[ch] = coeffs[gid * 3 + ch];
+    for (int ch = 0; ch < 3; ++ch) feat[ch] = cf.at(gid, ch);
     return;
   }
   float dir[3];
@@ -204,14 +223,13 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
   float basis[16];
   sh_basis(sh_degree, dir[0] * inv, dir[1] * inv, dir[2] * inv, basis);
   // Only visible splats read their coefficients; one Gaussian's lie in a few cache lines.
-  const float* co = coeffs + (int64_t)gid * num_coeffs * 3;
   const int nb = num_bases(sh_degree);
   float acc[3] = {0.5f, 0.5f, 0.5f};
 #pragma unroll
   for (int k = 0; k < 16; ++k)
     if (k < nb)
 #pragma unroll
-      for (int ch = 0; ch < 3; ++ch) acc[ch] += basis[k] * co[k * 3 + ch];
+      for (int ch = 0; ch < 3; ++ch) acc[ch] += basis[k] * cf.at(gid, k * 3 + ch);
 #pragma unroll
   for (int ch = 0; ch < 3; ++ch) feat[ch] = fmaxf(acc[ch], 0.f);
 }
@@ -387,24 +405,23 @@ __device__ __forceinline__ void splat_backward(
 
 __global__ void __launch_bounds__(kThreads) project_backward_kernel(
     int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
-    const float* __restrict__ scales, const float* __restrict__ coeffs, int num_coeffs,
+    const float* __restrict__ scales, bool stored, Coeffs cf,
     int sh_degree, const float* __restrict__ viewmats, const float* __restrict__ Ks, int width,
     int height, float near_plane, float far_plane, const int* __restrict__ radii,
     const float* __restrict__ conics, const float* __restrict__ v_means2d,
     const float* __restrict__ v_conics, const float* __restrict__ v_feats, int channels,
     const float* __restrict__ v_depths, float* __restrict__ v_means, float* __restrict__ v_quats,
-    float* __restrict__ v_scales, float* __restrict__ v_coeffs) {
+    float* __restrict__ v_scales, float* __restrict__ v_head, float* __restrict__ v_rest) {
   extern __shared__ float s_rows[];
   const int64_t total = (int64_t)num_cams * n;
   const int64_t idx0 = (int64_t)blockIdx.x * blockDim.x;
   const int64_t idx = idx0 + threadIdx.x;
   const bool atomic = num_cams > 1;
   const int used = sh_degree >= 0 ? num_bases(sh_degree) * 3 : 0;
-  const int stored = num_coeffs * 3;
   const int row_len = used + 1;
   const int count = (int)min((int64_t)blockDim.x, total - idx0);
   if (sh_degree >= 0) {
-    stage_coeffs_in(coeffs, s_rows, row_len, used, stored, idx0, count, n);
+    stage_coeffs_in(cf, s_rows, row_len, used, idx0, count, n);
     __syncthreads();
   }
   float* row = s_rows + threadIdx.x * row_len;
@@ -417,8 +434,8 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
     float v_scale[3] = {0.f, 0.f, 0.f}, v_rgb[3] = {0.f, 0.f, 0.f};
     const bool active =
         radii[idx * 2] > 0 && compute_splat(cam, means + gid * 3, quats + gid * 4,
-                                            scales + gid * 3, width, height, near_plane,
-                                            far_plane, sp);
+                                            scales + gid * 3, stored, width, height,
+                                            near_plane, far_plane, sp);
     if (active) {
       const float* vf = v_feats + idx * channels;
       const float v_depth =
@@ -426,6 +443,10 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
       splat_backward(cam, sp, means + gid * 3, sh_degree, row, conics + idx * 3,
                      v_means2d + idx * 2, v_conics + idx * 3, vf, v_depth, v_mean, v_quat,
                      v_scale, v_rgb);
+      if (stored) {  // d exp(v) / dv = exp(v)
+#pragma unroll
+        for (int i = 0; i < 3; ++i) v_scale[i] *= sp.s[i];
+      }
     } else if (sh_degree >= 0) {
       for (int k = 0; k < used; ++k) row[k] = 0.f;
     }
@@ -437,32 +458,55 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
     for (int i = 0; i < 3; ++i) put(v_scales + gid * 3 + i, v_scale[i], atomic);
     if (sh_degree < 0) {
 #pragma unroll
-      for (int ch = 0; ch < 3; ++ch) put(v_coeffs + gid * 3 + ch, v_rgb[ch], atomic);
+      for (int ch = 0; ch < 3; ++ch) put(v_head + gid * 3 + ch, v_rgb[ch], atomic);
     }
   }
   if (sh_degree < 0) return;
   __syncthreads();
-  // Coalesced write-back of the staged coefficient gradients (zeros beyond the used degree).
-  const float inv = 1.f / (float)stored;
-  for (int e = threadIdx.x; e < count * stored; e += blockDim.x) {
-    const int r = __float2int_rz(((float)e + 0.5f) * inv);  // e / stored, exact for e < 2^16
-    const int k = e - r * stored;
+  stage_coeffs_out(s_rows, row_len, used, 0, cf.head_k * 3, idx0, count, n, atomic, v_head);
+  if (cf.rest_k > 0)
+    stage_coeffs_out(s_rows, row_len, used, cf.head_k * 3, cf.rest_k * 3, idx0, count, n, atomic,
+                     v_rest);
+}
+
+__device__ __forceinline__ void stage_coeffs_out(
+    const float* rows, int row_len, int used, int first, int width, int64_t idx0, int count,
+    int n, bool atomic, float* __restrict__ out) {
+  const float inv = 1.f / (float)width;
+  for (int e = threadIdx.x; e < count * width; e += blockDim.x) {
+    const int r = __float2int_rz(((float)e + 0.5f) * inv);  // e / width, exact for e < 2^16
+    const int k = e - r * width;
     const int64_t g = (idx0 + r) % n;
-    const float v = k < used ? s_rows[r * row_len + k] : 0.f;
-    put(v_coeffs + g * stored + k, v, atomic);
+    const float v = first + k < used ? rows[r * row_len + first + k] : 0.f;
+    put(out + g * width + k, v, atomic);
   }
+}
+
+// The coefficients as the kernels read them: coeffs alone ([N, 3] RGB or [N, K, 3]), or
+// coeffs [N, K0, 3] followed by rest [N, KR, 3].
+Coeffs coeffs_view(const at::Tensor& coeffs, const std::optional<at::Tensor>& rest) {
+  const bool split = rest.has_value() && rest->defined() && rest->numel() > 0;
+  if (split)
+    TORCH_CHECK(rest->device() == coeffs.device() && rest->scalar_type() == at::kFloat &&
+                    rest->is_contiguous() && rest->dim() == 3 && rest->size(2) == 3 &&
+                    rest->size(0) == coeffs.size(0),
+                "project: rest coefficients must be a contiguous float32 [N, K, 3] on ",
+                coeffs.device(), ", got ", rest->sizes());
+  const int head_k = coeffs.dim() == 3 ? coeffs.size(1) : 1;
+  return {coeffs.data_ptr<float>(), head_k, split ? rest->data_ptr<float>() : nullptr,
+          split ? (int)rest->size(1) : 0};
 }
 
 }  // namespace
 
 std::vector<at::Tensor> project_forward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
-    const at::Tensor& opacities, const at::Tensor& coeffs, const at::Tensor& viewmats,
-    const at::Tensor& Ks, int64_t width, int64_t height, double near_plane, double far_plane,
-    int64_t sh_degree, bool with_depth) {
+    const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
+    const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
+    double near_plane, double far_plane, int64_t sh_degree, bool with_depth, bool stored) {
   const c10::cuda::OptionalCUDAGuard guard(means.device());
   const int64_t n = means.size(0), c = viewmats.size(0);
-  const int num_coeffs = coeffs.dim() == 3 ? coeffs.size(1) : 1;
+  const Coeffs cf = coeffs_view(coeffs, rest);
   auto f = means.options();
   auto means2d = at::empty({c, n, 2}, f);
   auto conics = at::empty({c, n, 3}, f);
@@ -474,10 +518,10 @@ std::vector<at::Tensor> project_forward(
   if (c * n > 0) {
     project_forward_kernel<<<blocks_for(c * n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
         c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
-        opacities.data_ptr<float>(), coeffs.data_ptr<float>(), num_coeffs, sh_degree,
-        viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height, near_plane, far_plane,
-        means2d.data_ptr<float>(), conics.data_ptr<float>(), depths.data_ptr<float>(),
-        radii.data_ptr<int>(), feats.data_ptr<float>(), channels, tiles.data_ptr<int>());
+        opacities.data_ptr<float>(), stored, cf, sh_degree, viewmats.data_ptr<float>(),
+        Ks.data_ptr<float>(), width, height, near_plane, far_plane, means2d.data_ptr<float>(),
+        conics.data_ptr<float>(), depths.data_ptr<float>(), radii.data_ptr<int>(),
+        feats.data_ptr<float>(), channels, tiles.data_ptr<int>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return {means2d, conics, depths, radii, feats, tiles};
@@ -485,33 +529,34 @@ std::vector<at::Tensor> project_forward(
 
 std::vector<at::Tensor> project_backward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
-    const at::Tensor& coeffs, const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width,
-    int64_t height, double near_plane, double far_plane, int64_t sh_degree,
-    const at::Tensor& radii, const at::Tensor& conics, const at::Tensor& v_means2d,
-    const at::Tensor& v_conics, const at::Tensor& v_feats, const at::Tensor& v_depths) {
+    const at::Tensor& coeffs, const std::optional<at::Tensor>& rest, const at::Tensor& viewmats,
+    const at::Tensor& Ks, int64_t width, int64_t height, double near_plane, double far_plane,
+    int64_t sh_degree, const at::Tensor& radii, const at::Tensor& conics,
+    const at::Tensor& v_means2d, const at::Tensor& v_conics, const at::Tensor& v_feats,
+    const at::Tensor& v_depths, bool stored) {
   const c10::cuda::OptionalCUDAGuard guard(means.device());
   const int64_t n = means.size(0), c = viewmats.size(0);
-  const int num_coeffs = coeffs.dim() == 3 ? coeffs.size(1) : 1;
+  const Coeffs cf = coeffs_view(coeffs, rest);
   // One camera: the kernel writes every entry; several: atomics into zeroed buffers.
   auto alloc = [&](const at::Tensor& t) { return c > 1 ? at::zeros_like(t) : at::empty_like(t); };
   auto v_means = alloc(means);
   auto v_quats = alloc(quats);
   auto v_scales = alloc(scales);
   auto v_coeffs = alloc(coeffs);
+  auto v_rest = cf.rest_k > 0 ? alloc(*rest) : at::empty({0}, means.options());
   if (c * n > 0) {
     const size_t smem = sh_degree >= 0 ? kThreads * ((sh_degree + 1) * (sh_degree + 1) * 3 + 1) * 4 : 0;
     project_backward_kernel<<<blocks_for(c * n), kThreads, smem, c10::cuda::getCurrentCUDAStream()>>>(
-        c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
-        coeffs.data_ptr<float>(), num_coeffs, sh_degree, viewmats.data_ptr<float>(),
-        Ks.data_ptr<float>(), width, height, near_plane, far_plane, radii.data_ptr<int>(),
-        conics.data_ptr<float>(), v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(),
-        v_feats.data_ptr<float>(), v_feats.size(-1),
-        v_depths.numel() > 0 ? v_depths.data_ptr<float>() : nullptr,
+        c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(), stored,
+        cf, sh_degree, viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height,
+        near_plane, far_plane, radii.data_ptr<int>(), conics.data_ptr<float>(),
+        v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(), v_feats.data_ptr<float>(),
+        v_feats.size(-1), v_depths.numel() > 0 ? v_depths.data_ptr<float>() : nullptr,
         v_means.data_ptr<float>(), v_quats.data_ptr<float>(), v_scales.data_ptr<float>(),
-        v_coeffs.data_ptr<float>());
+        v_coeffs.data_ptr<float>(), cf.rest_k > 0 ? v_rest.data_ptr<float>() : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return {v_means, v_quats, v_scales, v_coeffs};
+  return {v_means, v_quats, v_scales, v_coeffs, v_rest};
 }
 
 }  // namespace gsnb

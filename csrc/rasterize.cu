@@ -34,7 +34,7 @@ template <int CH>
 __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     int num_cams, int n, int width, int height, int tiles_x, int tiles_y, int m,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
-    const float* __restrict__ feats, const float* __restrict__ opacities,
+    const float* __restrict__ feats, const float* __restrict__ opacities, bool stored,
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
     const float* __restrict__ background, float* __restrict__ out_rgb,
     float* __restrict__ out_depth, float* __restrict__ out_alpha, int* __restrict__ last_ids) {
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     if (k < range.end) {
       const int g = flat_ids[k];
       const float2 xy = means2d[g];
-      s_xyo[tr] = make_float3(xy.x, xy.y, opacities[g % n]);
+      s_xyo[tr] = make_float3(xy.x, xy.y, opacity_of(opacities[g % n], stored));
       s_conic[tr] = conics[g];
 #pragma unroll
       for (int ch = 0; ch < CH; ++ch) s_feat[tr * CH + ch] = feats[(int64_t)g * CH + ch];
@@ -131,7 +131,7 @@ template <int CH>
 __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
     int num_cams, int n, int width, int height, int tiles_x, int tiles_y, int m,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
-    const float* __restrict__ feats, const float* __restrict__ opacities,
+    const float* __restrict__ feats, const float* __restrict__ opacities, bool stored,
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
     const float* __restrict__ out_alpha, const float* __restrict__ out_depth,
     const int* __restrict__ last_ids, const float* __restrict__ background,
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
       const int g = flat_ids[k];
       s_id[tr] = g;
       const float2 xy = means2d[g];
-      s_xyo[tr] = make_float3(xy.x, xy.y, opacities[g % n]);
+      s_xyo[tr] = make_float3(xy.x, xy.y, opacity_of(opacities[g % n], stored));
       s_conic[tr] = conics[g];
 #pragma unroll
       for (int ch = 0; ch < CH; ++ch) s_feat[tr * CH + ch] = feats[(int64_t)g * CH + ch];
@@ -275,9 +275,12 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
         dst[7 + CH] = dst[6 + CH] + 1;
       }
       const int used = v_means2d_abs != nullptr ? 8 + CH : 6 + CH;
+      // A stored logit: d sigmoid(v) / dv = o (1 - o).
+      const float o = s_xyo[tr].z;
+      const float chain = stored ? o * (1.f - o) : 1.f;
 #pragma unroll
       for (int s2 = 0; s2 < 8 + CH; ++s2)
-        if (s2 < used && row[s2] != 0.f) atomicAdd(dst[s2], row[s2]);
+        if (s2 < used && row[s2] != 0.f) atomicAdd(dst[s2], s2 == 5 + CH ? row[s2] * chain : row[s2]);
     }
   }
 }
@@ -285,9 +288,9 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
 template <int CH>
 void launch_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
-    const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height, const float* background, at::Tensor& rgb, at::Tensor& depth,
-    at::Tensor& alpha, at::Tensor& last_ids) {
+    const at::Tensor& opacities, bool stored, const at::Tensor& offsets,
+    const at::Tensor& flat_ids, int64_t width, int64_t height, const float* background,
+    at::Tensor& rgb, at::Tensor& depth, at::Tensor& alpha, at::Tensor& last_ids) {
   const int64_t c = means2d.size(0), n = means2d.size(1);
   const int tiles_x = (width + kTile - 1) / kTile, tiles_y = (height + kTile - 1) / kTile;
   const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
@@ -295,8 +298,8 @@ void launch_forward(
       c, n, width, height, tiles_x, tiles_y, flat_ids.size(0),
       reinterpret_cast<const float2*>(means2d.data_ptr<float>()),
       reinterpret_cast<const float3*>(conics.data_ptr<float>()), feats.data_ptr<float>(),
-      opacities.data_ptr<float>(), offsets.data_ptr<int>(), flat_ids.data_ptr<int>(), background,
-      rgb.data_ptr<float>(), CH == 4 ? depth.data_ptr<float>() : nullptr,
+      opacities.data_ptr<float>(), stored, offsets.data_ptr<int>(), flat_ids.data_ptr<int>(),
+      background, rgb.data_ptr<float>(), CH == 4 ? depth.data_ptr<float>() : nullptr,
       alpha.data_ptr<float>(), last_ids.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -304,9 +307,10 @@ void launch_forward(
 template <int CH>
 void launch_backward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
-    const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
-    const at::Tensor& last_ids, const float* background, const at::Tensor& v_rgb,
+    const at::Tensor& opacities, bool stored, const at::Tensor& offsets,
+    const at::Tensor& flat_ids, int64_t width, int64_t height, const at::Tensor& alpha,
+    const at::Tensor& depth, const at::Tensor& last_ids, const float* background,
+    const at::Tensor& v_rgb,
     const at::Tensor& v_depth, const at::Tensor& v_alpha, at::Tensor& v_means2d,
     at::Tensor& v_conics, at::Tensor& v_feats, at::Tensor& v_opacities, float* v_abs) {
   const int64_t c = means2d.size(0), n = means2d.size(1);
@@ -316,7 +320,7 @@ void launch_backward(
       c, n, width, height, tiles_x, tiles_y, flat_ids.size(0),
       reinterpret_cast<const float2*>(means2d.data_ptr<float>()),
       reinterpret_cast<const float3*>(conics.data_ptr<float>()), feats.data_ptr<float>(),
-      opacities.data_ptr<float>(), offsets.data_ptr<int>(), flat_ids.data_ptr<int>(),
+      opacities.data_ptr<float>(), stored, offsets.data_ptr<int>(), flat_ids.data_ptr<int>(),
       alpha.data_ptr<float>(), CH == 4 ? depth.data_ptr<float>() : nullptr,
       last_ids.data_ptr<int>(), background, v_rgb.data_ptr<float>(),
       CH == 4 && v_depth.numel() > 0 ? v_depth.data_ptr<float>() : nullptr,
@@ -342,7 +346,7 @@ const float* background_ptr(const std::optional<at::Tensor>& backgrounds, const 
 std::vector<at::Tensor> rasterize_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
-    int64_t width, int64_t height, const std::optional<at::Tensor>& backgrounds) {
+    int64_t width, int64_t height, const std::optional<at::Tensor>& backgrounds, bool stored) {
   const c10::cuda::OptionalCUDAGuard guard(means2d.device());
   const int64_t c = means2d.size(0), ch = feats.size(-1);
   TORCH_CHECK(ch == 3 || ch == 4, "rasterize_forward blends 3 or 4 channels, got ", ch);
@@ -353,11 +357,11 @@ std::vector<at::Tensor> rasterize_forward(
   auto alpha = at::empty({c, height, width, 1}, f);
   auto last_ids = at::empty({c, height, width}, f.dtype(at::kInt));
   if (ch == 3)
-    launch_forward<3>(means2d, conics, feats, opacities, offsets, flat_ids, width, height, bg,
-                      rgb, depth, alpha, last_ids);
+    launch_forward<3>(means2d, conics, feats, opacities, stored, offsets, flat_ids, width,
+                      height, bg, rgb, depth, alpha, last_ids);
   else
-    launch_forward<4>(means2d, conics, feats, opacities, offsets, flat_ids, width, height, bg,
-                      rgb, depth, alpha, last_ids);
+    launch_forward<4>(means2d, conics, feats, opacities, stored, offsets, flat_ids, width,
+                      height, bg, rgb, depth, alpha, last_ids);
   return {rgb, depth, alpha, last_ids};
 }
 
@@ -366,7 +370,8 @@ std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
     int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
     const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
-    const at::Tensor& v_alpha, bool absgrad, const std::optional<at::Tensor>& backgrounds) {
+    const at::Tensor& v_alpha, bool absgrad, const std::optional<at::Tensor>& backgrounds,
+    bool stored) {
   const c10::cuda::OptionalCUDAGuard guard(means2d.device());
   const float* bg = background_ptr(backgrounds, means2d);
   auto v_means2d = at::zeros_like(means2d);
@@ -376,11 +381,11 @@ std::vector<at::Tensor> rasterize_backward(
   auto v_abs = absgrad ? at::zeros_like(means2d) : at::Tensor();
   float* v_abs_ptr = absgrad ? v_abs.data_ptr<float>() : nullptr;
   if (feats.size(-1) == 3)
-    launch_backward<3>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
+    launch_backward<3>(means2d, conics, feats, opacities, stored, offsets, flat_ids, width, height,
                        alpha, depth, last_ids, bg, v_rgb, v_depth, v_alpha, v_means2d,
                        v_conics, v_feats, v_opacities, v_abs_ptr);
   else
-    launch_backward<4>(means2d, conics, feats, opacities, offsets, flat_ids, width, height,
+    launch_backward<4>(means2d, conics, feats, opacities, stored, offsets, flat_ids, width, height,
                        alpha, depth, last_ids, bg, v_rgb, v_depth, v_alpha, v_means2d,
                        v_conics, v_feats, v_opacities, v_abs_ptr);
   if (absgrad) return {v_means2d, v_conics, v_feats, v_opacities, v_abs};

@@ -1,7 +1,8 @@
 """gsnb: 3D Gaussian Splatting from a Jupyter notebook.
 
 ``%load_ext gsnb`` registers the notebook magics (``%gs_build``, ``%gs_doctor``, ...).
-:func:`render` renders Gaussians with the CUDA rasterizer or the PyTorch reference.
+:func:`render` renders Gaussians with the CUDA rasterizer or the PyTorch reference;
+:func:`render_splats` renders them as 3DGS stores them (log-scales, opacity logits, sh0/shN).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gsnb.memory import estimate_peak_memory
-from gsnb.render import RenderMeta, RenderResult, render
+from gsnb.render import RenderMeta, RenderResult, render, render_splats
 
 __version__ = "0.1.0"
 
@@ -20,6 +21,7 @@ __all__ = [
     "estimate_peak_memory",
     "load_ipython_extension",
     "render",
+    "render_splats",
 ]
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from gsnb.render import RenderResult, render
+from gsnb.render import RenderResult, render_splats
 from gsnb.render.sh import num_sh_bases, rgb_to_sh0, sh_degree_from_bases
 from gsnb.utils.atomic import atomic_write
 
@@ -119,12 +119,8 @@ class GaussianModel(nn.Module):
     def render(
         self, viewmats: Tensor, Ks: Tensor, width: int, height: int, **kwargs: Any
     ) -> RenderResult:
-        """Render through :func:`gsnb.render`; ``kwargs`` (``sh_degree``, ...) pass through."""
-        a = self.activated()
-        return render(
-            a["means"], a["quats"], a["scales"], a["opacities"], a["colors"],
-            viewmats, Ks, width, height, **kwargs,
-        )  # fmt: skip
+        """Render through :func:`gsnb.render_splats`; ``kwargs`` (``sh_degree``, ...) go along."""
+        return render_splats(self.splats, viewmats, Ks, width, height, **kwargs)
 
     def save(self, path: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
         """Write a checkpoint atomically (``torch.save`` into a temporary file, then rename)."""

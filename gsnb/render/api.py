@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -149,9 +150,105 @@ def render(
         means, quats, scales, opacities, colors, viewmats, Ks, width, height,
         sh_degree, backgrounds, near_plane, far_plane, check_values,
     )  # fmt: skip
-    width, height = int(width), int(height)  # numpy integers are fine too
-    chosen = _choose_backend(backend, means.device, means.dtype)
-    if chosen == "cuda":
+    return _dispatch(
+        _choose_backend(backend, means.device, means.dtype),
+        (means, quats, scales, opacities, colors, None), viewmats, Ks, int(width), int(height),
+        degree, backgrounds, near_plane, far_plane, absgrad, with_depth, stored=False,
+    )  # fmt: skip
+
+
+SPLAT_KEYS = ("means", "quats", "scales", "opacities", "sh0", "shN")
+
+
+def render_splats(
+    splats: Mapping[str, Tensor] | torch.nn.ParameterDict,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    *,
+    sh_degree: int | None = None,
+    backgrounds: Tensor | None = None,
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    backend: Backend = "auto",
+    absgrad: bool = False,
+    with_depth: bool = True,
+    check_values: bool = True,
+) -> RenderResult:
+    """Render Gaussians given as 3DGS stores and trains them, differentiably.
+
+    The image is :func:`render`'s of ``means``, ``quats``, ``exp(scales)``,
+    ``sigmoid(opacities)`` and ``cat([sh0, shN], 1)``. The CUDA backend applies
+    these activations inside its kernels: no activated copies are made and the
+    gradients land directly on the stored tensors (fewer kernel launches per
+    training step). The reference backend activates in PyTorch.
+
+    Args:
+        splats: a dict or ``torch.nn.ParameterDict`` (``GaussianModel.splats``) with
+            ``means [N, 3]``, ``quats [N, 4]``, ``scales [N, 3]`` (log standard deviations),
+            ``opacities [N]`` (logits), ``sh0 [N, 1, 3]`` and ``shN [N, K-1, 3]``
+            (the SH coefficients past the first; K = 1, 4, 9 or 16).
+        viewmats, Ks, width, height, sh_degree, backgrounds, near_plane, far_plane,
+        backend, absgrad, with_depth, check_values: as for :func:`render`.
+
+    Returns:
+        A :class:`RenderResult`, as :func:`render` returns.
+
+    Raises:
+        ValueError: a key is missing, or a tensor has the wrong shape, dtype,
+            device or (with ``check_values``) NaN/Inf values.
+
+    Example:
+        >>> import torch, gsnb
+        >>> splats = {
+        ...     "means": torch.tensor([[0.0, 0.0, 2.0]]), "quats": torch.tensor([[1.0, 0, 0, 0]]),
+        ...     "scales": torch.full((1, 3), -1.6), "opacities": torch.tensor([2.2]),
+        ...     "sh0": torch.zeros(1, 1, 3), "shN": torch.zeros(1, 3, 3)}
+        >>> K = torch.tensor([[[64.0, 0, 32], [0, 64, 32], [0, 0, 1]]])
+        >>> out = gsnb.render_splats(splats, torch.eye(4)[None], K, 64, 64)
+        >>> out.rgb.shape, round(out.alpha[0, 32, 32, 0].item(), 2)
+        (torch.Size([1, 64, 64, 3]), 0.89)
+    """
+    try:  # a dict, a torch.nn.ParameterDict, ...
+        means, quats, scales, opacities, sh0, shn = [splats[k] for k in SPLAT_KEYS]
+    except (KeyError, TypeError, IndexError):
+        have = list(splats.keys()) if hasattr(splats, "keys") else type(splats).__name__
+        raise ValueError(
+            f"splats must map the keys {list(SPLAT_KEYS)} to tensors, got {have}"
+        ) from None
+    degree = validate_inputs(
+        means, quats, scales, opacities, sh0, viewmats, Ks, width, height,
+        sh_degree, backgrounds, near_plane, far_plane, check_values, rest=shn,
+    )  # fmt: skip
+    return _dispatch(
+        _choose_backend(backend, means.device, means.dtype),
+        (means, quats, scales, opacities, sh0, shn), viewmats, Ks, int(width), int(height),
+        degree, backgrounds, near_plane, far_plane, absgrad, with_depth, stored=True,
+    )  # fmt: skip
+
+
+def _dispatch(
+    backend: str,
+    gaussians: tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None],
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    degree: int | None,
+    backgrounds: Tensor | None,
+    near_plane: float,
+    far_plane: float,
+    absgrad: bool,
+    with_depth: bool,
+    *,
+    stored: bool,
+) -> RenderResult:
+    """Render validated inputs with ``backend``; ``gaussians`` is ``(means, quats, scales,
+    opacities, colors, rest)``, stored parameters (``colors`` = sh0, ``rest`` = shN) when
+    ``stored``."""
+    means, quats, scales, opacities, colors, rest = gaussians
+    if backend == "cuda":
         from gsnb.render import cuda
 
         # The kernels composite a constant background; one with a gradient is done below.
@@ -159,10 +256,14 @@ def render(
         rgb, alpha, depth, proj = cuda.render(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,
             degree, near_plane, far_plane, absgrad, with_depth, backgrounds if inside else None,
+            rest=rest, stored=stored,
         )  # fmt: skip
         if inside:
             backgrounds = None
     else:
+        if stored:
+            scales, opacities = torch.exp(scales), torch.sigmoid(opacities)
+            colors = torch.cat([colors, rest], dim=1)  # an empty shN too: its (empty) gradient
         rgb, alpha, depth, proj = _render_reference(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,
             degree, near_plane, far_plane, absgrad, with_depth,
@@ -174,7 +275,7 @@ def render(
         means2d=proj.means2d,
         radii=proj.radii,
         depths=proj.depths,
-        backend=chosen,
+        backend=backend,
         absgrad=getattr(proj.means2d, "absgrad", None),
     )
     return RenderResult(rgb=rgb, alpha=alpha, depth=depth, meta=meta)

@@ -77,16 +77,17 @@ class _Project(torch.autograd.Function):
         scales: Tensor,
         opacities: Tensor,
         coeffs: Tensor,
+        rest: Tensor | None,
         viewmats: Tensor,
         Ks: Tensor,
-        settings: tuple[int, int, float, float, int, bool],
+        settings: tuple[int, int, float, float, int, bool, bool],
     ) -> tuple[Tensor, ...]:
-        width, height, near, far, degree, with_depth = settings
+        width, height, near, far, degree, with_depth, stored = settings
         means2d, conics, depths, radii, feats, tiles = _require().project_forward(
-            means, quats, scales, opacities, coeffs, viewmats, Ks, width, height, near, far,
-            degree, with_depth,
+            means, quats, scales, opacities, coeffs, rest, viewmats, Ks, width, height, near, far,
+            degree, with_depth, stored,
         )  # fmt: skip
-        ctx.save_for_backward(means, quats, scales, coeffs, viewmats, Ks, radii, conics)
+        ctx.save_for_backward(means, quats, scales, coeffs, rest, viewmats, Ks, radii, conics)
         ctx.settings = settings
         ctx.mark_non_differentiable(radii, tiles)
         # Unused outputs get no zero-filled gradient buffers (the kernels read them as zero).
@@ -96,22 +97,26 @@ class _Project(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, v_means2d, v_conics, v_depths, _v_radii, v_feats, _v_tiles):  # type: ignore[override]
-        means, quats, scales, coeffs, viewmats, Ks, radii, conics = ctx.saved_tensors
-        width, height, near, far, degree, _ = ctx.settings
-        channels = 4 if ctx.settings[5] else 3
-        v_means, v_quats, v_scales, v_coeffs = _require().project_backward(
-            means, quats, scales, coeffs, viewmats, Ks, width, height, near, far, degree,
+        means, quats, scales, coeffs, rest, viewmats, Ks, radii, conics = ctx.saved_tensors
+        width, height, near, far, degree, with_depth, stored = ctx.settings
+        channels = 4 if with_depth else 3
+        v_means, v_quats, v_scales, v_coeffs, v_rest = _require().project_backward(
+            means, quats, scales, coeffs, rest, viewmats, Ks, width, height, near, far, degree,
             radii, conics, _grad(v_means2d, (*radii.shape[:2], 2), radii),
             _grad(v_conics, (*radii.shape[:2], 3), radii),
             _grad(v_feats, (*radii.shape[:2], channels), radii), _grad(v_depths, None, radii),
+            stored,
         )  # fmt: skip
         needs = ctx.needs_input_grad
+        if needs[5] and v_rest.numel() == 0:
+            v_rest = torch.zeros_like(rest)  # an empty rest [N, 0, 3]
         return (
             v_means if needs[0] else None,
             v_quats if needs[1] else None,
             v_scales if needs[2] else None,
             None,
             v_coeffs if needs[4] else None,
+            v_rest if needs[5] else None,
             None,
             None,
             None,
@@ -130,21 +135,22 @@ class _Rasterize(torch.autograd.Function):
         opacities: Tensor,
         offsets: Tensor,
         flat_ids: Tensor,
-        size: tuple[int, int],
+        settings: tuple[int, int, bool],
         absgrad_sink: Tensor | None,
         backgrounds: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        width, height = size
+        width, height, stored = settings
         rgb, depth, alpha, last_ids = _require().rasterize_forward(
-            means2d, conics, feats, opacities, offsets, flat_ids, width, height, backgrounds
-        )
+            means2d, conics, feats, opacities, offsets, flat_ids, width, height, backgrounds,
+            stored,
+        )  # fmt: skip
         # The backgrounds (no gradient) are saved too, so an in-place change before the
         # backward pass is caught.
         ctx.save_for_backward(
             means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids,
             backgrounds,
         )  # fmt: skip
-        ctx.size = size
+        ctx.settings = settings
         ctx.absgrad_sink = absgrad_sink
         ctx.set_materialize_grads(False)
         return rgb, depth, alpha
@@ -155,12 +161,12 @@ class _Rasterize(torch.autograd.Function):
         means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids, bg = (
             ctx.saved_tensors
         )
-        width, height = ctx.size
+        width, height, stored = ctx.settings
         sink = ctx.absgrad_sink
         grads = _require().rasterize_backward(
             means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha, depth,
             last_ids, _grad(v_rgb, (*alpha.shape[:3], 3), alpha), _grad(v_depth, None, alpha),
-            _grad(v_alpha, None, alpha), sink is not None, bg,
+            _grad(v_alpha, None, alpha), sink is not None, bg, stored,
         )  # fmt: skip
         if sink is not None:
             sink.add_(grads[4])
@@ -193,11 +199,16 @@ def render(
     absgrad: bool,
     with_depth: bool = True,
     backgrounds: Tensor | None = None,
+    *,
+    rest: Tensor | None = None,
+    stored: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor | None, Projection]:
     """Render with the CUDA kernels; arguments are validated by :func:`gsnb.render`.
 
     ``backgrounds`` (``[3]`` or ``[C, 3]``, no gradient) are composited inside
-    the rasterizer: ``rgb = blend + (1 - alpha) * background``.
+    the rasterizer: ``rgb = blend + (1 - alpha) * background``. ``stored``: the
+    scales are log-scales and the opacities logits (:func:`gsnb.render_splats`);
+    ``rest`` ``[N, K-1, 3]``: the SH coefficients after ``colors`` ``[N, 1, 3]``.
     """
     if backgrounds is not None and backgrounds.requires_grad:
         raise ValueError("the rasterizer composites constant backgrounds only; detach them")
@@ -209,17 +220,19 @@ def render(
     num_cams = viewmats.shape[0]
     means, quats, scales, opacities = (t.contiguous() for t in (means, quats, scales, opacities))
     coeffs = colors.contiguous()
+    if rest is not None:
+        rest = rest.contiguous()
     viewmats, Ks = viewmats.contiguous(), Ks.contiguous()
     sh = -1 if degree is None else degree
     means2d, conics, depths, radii, feats, tiles = _Project.apply(
-        means, quats, scales, opacities, coeffs, viewmats, Ks,
-        (width, height, float(near_plane), float(far_plane), sh, with_depth),
+        means, quats, scales, opacities, coeffs, rest, viewmats, Ks,
+        (width, height, float(near_plane), float(far_plane), sh, with_depth, stored),
     )  # fmt: skip
     if means2d.requires_grad:
         means2d.retain_grad()
     offsets, flat_ids = _require().bin_splats(
         means2d.detach(), conics.detach(), opacities.detach(), depths.detach(), radii, tiles,
-        width, height,
+        width, height, stored,
     )  # fmt: skip
     sink = None
     if absgrad:
@@ -227,6 +240,6 @@ def render(
         means2d.absgrad = sink  # type: ignore[attr-defined]
     bg = None if backgrounds is None else backgrounds.expand(num_cams, 3).contiguous()
     rgb, depth, alpha = _Rasterize.apply(
-        means2d, conics, feats, opacities, offsets, flat_ids, (width, height), sink, bg
+        means2d, conics, feats, opacities, offsets, flat_ids, (width, height, stored), sink, bg
     )
     return rgb, alpha, depth if with_depth else None, Projection(means2d, conics, depths, radii)

@@ -43,14 +43,24 @@ def validate_inputs(
     near_plane: float,
     far_plane: float,
     check_values: bool,
+    *,
+    rest: Tensor | None = None,
 ) -> int | None:
-    """Validate :func:`gsnb.render` inputs; returns the SH degree to use (None for RGB)."""
+    """Validate :func:`gsnb.render` inputs; returns the SH degree to use (None for RGB).
+
+    With ``rest`` the inputs are stored parameters (:func:`gsnb.render_splats`):
+    ``colors`` is ``sh0 [N, 1, 3]``, ``rest`` is ``shN [N, K-1, 3]``, and scales and
+    opacities are log-scales and logits (any finite value).
+    """
     check_tensor("means", means, (-1, 3), "[N, 3]")
     n = means.shape[0]
     check_tensor("quats", quats, (n, 4), f"[N, 4] with N = {n}")
     check_tensor("scales", scales, (n, 3), f"[N, 3] with N = {n}")
     check_tensor("opacities", opacities, (n,), f"[N] with N = {n}")
-    if not isinstance(colors, Tensor) or colors.dim() not in (2, 3):
+    if rest is not None:
+        check_tensor("sh0", colors, (n, 1, 3), f"[N, 1, 3] with N = {n}")
+        check_tensor("shN", rest, (n, -1, 3), f"[N, K-1, 3] with N = {n}")
+    elif not isinstance(colors, Tensor) or colors.dim() not in (2, 3):
         got = _describe(colors) if isinstance(colors, Tensor) else type(colors).__name__
         raise ValueError(f"colors has {got}; expected RGB [N, 3] or SH coefficients [N, K, 3]")
     if colors.shape[0] != n or colors.shape[-1] != 3:
@@ -74,7 +84,11 @@ def validate_inputs(
         raise ValueError(f"need 0 <= near_plane < far_plane, got {near_plane} and {far_plane}")
 
     tensors = {"means": means, "quats": quats, "scales": scales, "opacities": opacities}
-    tensors |= {"colors": colors, "viewmats": viewmats, "Ks": Ks}
+    if rest is None:
+        tensors["colors"] = colors
+    else:
+        tensors |= {"sh0": colors, "shN": rest}
+    tensors |= {"viewmats": viewmats, "Ks": Ks}
     if backgrounds is not None:
         tensors["backgrounds"] = backgrounds
     for name, t in tensors.items():
@@ -89,17 +103,21 @@ def validate_inputs(
 
     degree = None
     if colors.dim() == 3:
-        full = sh_degree_from_bases(colors.shape[1]) if colors.shape[1] in (1, 4, 9, 16) else None
+        k = colors.shape[1] + (0 if rest is None else rest.shape[1])
+        full = sh_degree_from_bases(k) if k in (1, 4, 9, 16) else None
         if full is None:
+            what = (
+                f"colors has {_describe(colors)}" if rest is None else f"shN has {_describe(rest)}"
+            )
             raise ValueError(
-                f"colors has {_describe(colors)}; K = {colors.shape[1]} is not (degree+1)^2 "
-                "for a degree 0..3 (1, 4, 9 or 16)"
+                f"{what}; K = {k} coefficients is not (degree+1)^2 for a degree 0..3 "
+                "(1, 4, 9 or 16)"
             )
         degree = full if sh_degree is None else sh_degree
         if not 0 <= degree <= full:
             raise ValueError(
-                f"sh_degree={sh_degree} needs {(degree + 1) ** 2} coefficients, colors holds "
-                f"{colors.shape[1]} (degree {full})"
+                f"sh_degree={sh_degree} needs {(degree + 1) ** 2} coefficients, "
+                f"{'colors holds' if rest is None else 'sh0 and shN hold'} {k} (degree {full})"
             )
     elif sh_degree is not None:
         raise ValueError(
@@ -107,16 +125,18 @@ def validate_inputs(
         )
 
     if check_values:
-        _check_values(tensors, opacities, scales, Ks)
+        _check_values(tensors, opacities, scales, Ks, stored=rest is not None)
     return degree
 
 
 def _check_values(
-    tensors: dict[str, Tensor], opacities: Tensor, scales: Tensor, Ks: Tensor
+    tensors: dict[str, Tensor], opacities: Tensor, scales: Tensor, Ks: Tensor, stored: bool
 ) -> None:
     # One device-to-host sync for all checks; details are worked out only on failure.
+    # Stored log-scales and logits may take any finite value.
     flags = [torch.isfinite(t).all() for t in tensors.values()]
-    flags += [(opacities >= 0).all() & (opacities <= 1).all(), (scales >= 0).all()]
+    if not stored:
+        flags += [(opacities >= 0).all() & (opacities <= 1).all(), (scales >= 0).all()]
     flags += [(Ks[:, 0, 0] > 0).all() & (Ks[:, 1, 1] > 0).all()]
     if bool(torch.stack(flags).all()):
         return
@@ -127,13 +147,13 @@ def _check_values(
             raise ValueError(
                 f"{name} ({_describe(t)}) has non-finite values (NaN or Inf) in {rows} rows"
             )
-    if not bool(((opacities >= 0) & (opacities <= 1)).all()):
+    if not stored and not bool(((opacities >= 0) & (opacities <= 1)).all()):
         raise ValueError(
             f"opacities ({_describe(opacities)}) must lie in [0, 1] "
             f"(min {opacities.min().item():.3g}, max {opacities.max().item():.3g}); "
             "apply a sigmoid to logits first"
         )
-    if not bool((scales >= 0).all()):
+    if not stored and not bool((scales >= 0).all()):
         raise ValueError(
             f"scales ({_describe(scales)}) must be >= 0 (linear scales; exponentiate log-scales "
             f"first); min {scales.min().item():.3g}"

@@ -21,7 +21,8 @@ class StepMetrics:
         sh_degree: SH degree used by this step.
         lr_means: learning rate of the means in this step.
         step_time: seconds this step took.
-        gpu_memory: peak GPU memory allocated so far in bytes (None on CPU).
+        gpu_memory: peak GPU memory allocated so far in bytes, read every 20 steps and
+            after densification (None on CPU).
         grad_norm: norm of all parameter gradients.
         scale_max: largest scale of any Gaussian in scene extents.
         scale_spread: standard deviation of the Gaussians' largest log-scales.

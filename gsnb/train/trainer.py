@@ -18,7 +18,7 @@ from torch import Tensor
 
 import gsnb
 from gsnb.model import GaussianModel
-from gsnb.render import RenderResult, render
+from gsnb.render import RenderResult, render, render_splats
 from gsnb.train import checkpoint as ckpt
 from gsnb.train import regularizers
 from gsnb.train.config import TrainConfig
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 Renderer = Callable[..., RenderResult]
 CHECKPOINT_NAME = "checkpoint.pt"
+PEAK_EVERY = 20  # steps between reads of the peak GPU memory
 
 
 class Trainer(TrainingControl):
@@ -96,9 +97,11 @@ class Trainer(TrainingControl):
             strategy if isinstance(strategy, Strategy) else make_strategy(strategy or "default")
         )
         self.device = _resolve_device(cfg.device)
-        self.renderer: Renderer = renderer or functools.partial(
-            render, backend=cfg.backend, check_values=False, with_depth=False
-        )
+        options = {"backend": cfg.backend, "check_values": False, "with_depth": False}
+        self._default_renderer: Renderer = functools.partial(render, **options)
+        # The default renders the parameters as stored (the CUDA kernels apply exp and sigmoid).
+        self._render_stored: Renderer = functools.partial(render_splats, **options)
+        self.renderer: Renderer = renderer or self._default_renderer
         self.extent = float(dataset.extent)
         if not math.isfinite(self.extent) or self.extent <= 0:
             raise ValueError(f"dataset.extent must be a positive number, got {dataset.extent!r}")
@@ -138,6 +141,22 @@ class Trainer(TrainingControl):
         self._memory_checked_at = 0
         self._committing = False
         self._check_memory()
+        self._peak_bytes: int | None = None
+        self._peak_read_at = -1
+
+    def _gpu_peak(self, changed: bool) -> int | None:
+        """Peak GPU memory allocated so far (bytes; None on CPU).
+
+        Read every ``PEAK_EVERY`` steps and after densification: torch builds the
+        allocator's whole statistics dictionary in Python for each read (about
+        0.2 ms, several percent of a step).
+        """
+        if self.device.type != "cuda":
+            return None
+        if changed or self._peak_bytes is None or self._step - self._peak_read_at >= PEAK_EVERY:
+            self._peak_bytes = torch.cuda.max_memory_allocated(self.device)
+            self._peak_read_at = self._step
+        return self._peak_bytes
 
     def _check_memory(self) -> None:
         self._memory_checked_at = self.num_gaussians
@@ -359,9 +378,7 @@ class Trainer(TrainingControl):
         if events and self.num_gaussians > 1.1 * self._memory_checked_at:
             self._check_memory()
         warns = self._health.check(self._step, host, cfg.warn_scale, cfg.skip_nonfinite)
-        gpu_mem = (
-            torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
-        )
+        gpu_mem = self._gpu_peak(bool(events))
         return StepMetrics(
             step=self._step,
             loss=host["loss"],
@@ -471,6 +488,11 @@ class Trainer(TrainingControl):
         background: Tensor,
         absgrad: bool,
     ) -> RenderResult:
+        if self.renderer is self._default_renderer:
+            return self._render_stored(
+                self.model.splats, viewmat, K, width, height, sh_degree=degree,
+                backgrounds=background, absgrad=absgrad,
+            )  # fmt: skip
         a = self.model.activated()
         return self.renderer(
             a["means"], a["quats"], a["scales"], a["opacities"], a["colors"], viewmat, K,

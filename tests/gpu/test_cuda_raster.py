@@ -49,15 +49,20 @@ def run(g, viewmats, Ks, width, height, backend, dtype, weights=None, absgrad=Fa
             torch.rand((*shape, 1), generator=gen, device="cuda"),
             torch.rand((*shape, 1), generator=gen, device="cuda"),
         )
+    weighted_loss(out, weights, dtype).backward()
+    grads = {k: params[k].grad for k in KEYS}
+    grads["means2d"] = out.meta.means2d.grad
+    return out, grads, weights
+
+
+def weighted_loss(out, weights, dtype):
+    """A loss that reaches every output: random weights on rgb, alpha and depth."""
     w_rgb, w_alpha, w_depth = (w.to(dtype) for w in weights)
     # Depth enters weighted by alpha so that near-empty pixels do not dominate.
     loss = (out.rgb * w_rgb).sum() + (out.alpha * w_alpha).sum()
     if out.depth is not None:
         loss = loss + (out.depth * out.alpha.detach() * w_depth).sum() * 0.1
-    loss.backward()
-    grads = {k: params[k].grad for k in KEYS}
-    grads["means2d"] = out.meta.means2d.grad
-    return out, grads, weights
+    return loss
 
 
 def compare(g, viewmats, Ks, width, height, absgrad=False, **kw):

@@ -219,7 +219,7 @@ def render_splats(
         ) from None
     degree = validate_inputs(
         means, quats, scales, opacities, sh0, viewmats, Ks, width, height,
-        sh_degree, backgrounds, near_plane, far_plane, check_values, rest=shn,
+        sh_degree, backgrounds, near_plane, far_plane, check_values, rest=shn, stored=True,
     )  # fmt: skip
     return _dispatch(
         _choose_backend(backend, means.device, means.dtype),

@@ -45,10 +45,11 @@ def validate_inputs(
     check_values: bool,
     *,
     rest: Tensor | None = None,
+    stored: bool = False,
 ) -> int | None:
     """Validate :func:`gsnb.render` inputs; returns the SH degree to use (None for RGB).
 
-    With ``rest`` the inputs are stored parameters (:func:`gsnb.render_splats`):
+    With ``stored`` the inputs are stored parameters (:func:`gsnb.render_splats`):
     ``colors`` is ``sh0 [N, 1, 3]``, ``rest`` is ``shN [N, K-1, 3]``, and scales and
     opacities are log-scales and logits (any finite value).
     """
@@ -57,9 +58,11 @@ def validate_inputs(
     check_tensor("quats", quats, (n, 4), f"[N, 4] with N = {n}")
     check_tensor("scales", scales, (n, 3), f"[N, 3] with N = {n}")
     check_tensor("opacities", opacities, (n,), f"[N] with N = {n}")
-    if rest is not None:
+    if stored:
         check_tensor("sh0", colors, (n, 1, 3), f"[N, 1, 3] with N = {n}")
-        check_tensor("shN", rest, (n, -1, 3), f"[N, K-1, 3] with N = {n}")
+        rest = check_tensor("shN", rest, (n, -1, 3), f"[N, K-1, 3] with N = {n}")
+    elif rest is not None:
+        raise ValueError("rest (shN) is taken with stored parameters only")
     elif not isinstance(colors, Tensor) or colors.dim() not in (2, 3):
         got = _describe(colors) if isinstance(colors, Tensor) else type(colors).__name__
         raise ValueError(f"colors has {got}; expected RGB [N, 3] or SH coefficients [N, K, 3]")
@@ -125,7 +128,7 @@ def validate_inputs(
         )
 
     if check_values:
-        _check_values(tensors, opacities, scales, Ks, stored=rest is not None)
+        _check_values(tensors, opacities, scales, Ks, stored=stored)
     return degree
 
 

@@ -701,6 +701,7 @@ class Trainer(TrainingControl):
             k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in state.items()
         }
         self._step = int(payload["step"])
+        self._peak_bytes, self._peak_read_at = None, -1  # read afresh at the next step
         self._order = torch.as_tensor(order["order"], dtype=torch.long)
         self._order_pos = int(order["pos"])
         self._order_gen.set_state(payload["rng"]["order"])

@@ -77,6 +77,7 @@ def test_model_render_takes_the_stored_parameters(cams):
         ({"sh0": torch.zeros(200, 3)}, "sh0 has shape [200, 3]"),
         ({"shN": torch.zeros(200, 2, 3)}, "K = 3 coefficients"),
         ({"shN": torch.zeros(199, 3, 3)}, "shN has shape [199, 3, 3]"),
+        ({"shN": None}, "shN must be a torch.Tensor of shape [N, K-1, 3]"),
         ({"opacities": torch.full((200,), float("nan"))}, "opacities"),
         ({"scales": torch.full((200, 3), float("inf"))}, "non-finite"),
     ],
@@ -85,7 +86,7 @@ def test_bad_input_names_the_problem(cams, change, message):
     viewmats, Ks = cams
     s = {k: v.float() for k, v in stored().items()}
     for k, v in change.items():
-        if v is None:
+        if v is None and k == "sh0":
             del s[k]
         else:
             s[k] = v

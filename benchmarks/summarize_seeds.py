@@ -42,13 +42,14 @@ def summarize(files: list[Path]) -> dict[str, Any]:
     for path in files:
         payload = json.loads(path.read_text())
         a, b = payload["runs"]["gsnb"], payload["runs"]["gsplat"]
+        versus = payload["gsnb_vs_gsplat"]  # written by bench_train once both runs exist
         row = {
             "seed": payload["seed"],
             "steps": payload["steps"],
             "test_psnr": [a["test_psnr"], b["test_psnr"]],
-            "test_psnr_diff_db": round(a["test_psnr"] - b["test_psnr"], 3),
+            "test_psnr_diff_db": versus["psnr_db"],
             "wall_s": [a["wall_s"], b["wall_s"]],
-            "wall_ratio": round(a["wall_s"] / b["wall_s"], 3),
+            "wall_ratio": versus["wall_ratio"],
             "file": str(path),
         }
         if "train_psnr" in a and "train_psnr" in b:

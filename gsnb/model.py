@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from gsnb.render import RenderResult, render_splats
+from gsnb.render import RenderResult, activate_splats, render_splats
 from gsnb.render.sh import num_sh_bases, rgb_to_sh0, sh_degree_from_bases
 from gsnb.utils.atomic import atomic_write
 
@@ -107,14 +107,7 @@ class GaussianModel(nn.Module):
 
     def activated(self) -> dict[str, Tensor]:
         """Render-ready tensors: linear ``scales``, opacities in [0, 1], SH ``colors [N, K, 3]``."""
-        s = self.splats
-        return {
-            "means": s["means"],
-            "quats": s["quats"],
-            "scales": torch.exp(s["scales"]),
-            "opacities": torch.sigmoid(s["opacities"]),
-            "colors": torch.cat([s["sh0"], s["shN"]], dim=1),
-        }
+        return activate_splats(self.splats)
 
     def render(
         self, viewmats: Tensor, Ks: Tensor, width: int, height: int, **kwargs: Any

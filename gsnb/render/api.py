@@ -160,6 +160,30 @@ def render(
 SPLAT_KEYS = ("means", "quats", "scales", "opacities", "sh0", "shN")
 
 
+def activate_splats(splats: Mapping[str, Tensor] | torch.nn.ParameterDict) -> dict[str, Tensor]:
+    """Render-ready tensors from stored ones: what :func:`render_splats` renders.
+
+    Returns ``means``, ``quats``, ``scales = exp(scales)``, ``opacities =
+    sigmoid(opacities)`` and ``colors = cat([sh0, shN], 1)`` ``[N, K, 3]``.
+
+    Example:
+        >>> import torch
+        >>> a = activate_splats({"means": torch.zeros(2, 3), "quats": torch.ones(2, 4),
+        ...     "scales": torch.zeros(2, 3), "opacities": torch.zeros(2),
+        ...     "sh0": torch.zeros(2, 1, 3), "shN": torch.zeros(2, 3, 3)})
+        >>> a["scales"][0].tolist(), a["opacities"].tolist(), tuple(a["colors"].shape)
+        ([1.0, 1.0, 1.0], [0.5, 0.5], (2, 4, 3))
+    """
+    return {
+        "means": splats["means"],
+        "quats": splats["quats"],
+        "scales": torch.exp(splats["scales"]),
+        "opacities": torch.sigmoid(splats["opacities"]),
+        # An empty shN [N, 0, 3] too: it gets its (empty) gradient.
+        "colors": torch.cat([splats["sh0"], splats["shN"]], dim=1),
+    }
+
+
 def render_splats(
     splats: Mapping[str, Tensor] | torch.nn.ParameterDict,
     viewmats: Tensor,
@@ -262,8 +286,8 @@ def _dispatch(
             backgrounds = None
     else:
         if stored:
-            scales, opacities = torch.exp(scales), torch.sigmoid(opacities)
-            colors = torch.cat([colors, rest], dim=1)  # an empty shN too: its (empty) gradient
+            a = activate_splats(dict(zip(SPLAT_KEYS, gaussians, strict=True)))
+            scales, opacities, colors = a["scales"], a["opacities"], a["colors"]
         rgb, alpha, depth, proj = _render_reference(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,
             degree, near_plane, far_plane, absgrad, with_depth,

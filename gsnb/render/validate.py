@@ -87,10 +87,10 @@ def validate_inputs(
         raise ValueError(f"need 0 <= near_plane < far_plane, got {near_plane} and {far_plane}")
 
     tensors = {"means": means, "quats": quats, "scales": scales, "opacities": opacities}
-    if rest is None:
-        tensors["colors"] = colors
-    else:
+    if stored:
         tensors |= {"sh0": colors, "shN": rest}
+    else:
+        tensors["colors"] = colors
     tensors |= {"viewmats": viewmats, "Ks": Ks}
     if backgrounds is not None:
         tensors["backgrounds"] = backgrounds
@@ -106,12 +106,10 @@ def validate_inputs(
 
     degree = None
     if colors.dim() == 3:
-        k = colors.shape[1] + (0 if rest is None else rest.shape[1])
+        k = colors.shape[1] + (rest.shape[1] if stored else 0)
         full = sh_degree_from_bases(k) if k in (1, 4, 9, 16) else None
         if full is None:
-            what = (
-                f"colors has {_describe(colors)}" if rest is None else f"shN has {_describe(rest)}"
-            )
+            what = f"shN has {_describe(rest)}" if stored else f"colors has {_describe(colors)}"
             raise ValueError(
                 f"{what}; K = {k} coefficients is not (degree+1)^2 for a degree 0..3 "
                 "(1, 4, 9 or 16)"
@@ -120,7 +118,7 @@ def validate_inputs(
         if not 0 <= degree <= full:
             raise ValueError(
                 f"sh_degree={sh_degree} needs {(degree + 1) ** 2} coefficients, "
-                f"{'colors holds' if rest is None else 'sh0 and shN hold'} {k} (degree {full})"
+                f"{'sh0 and shN hold' if stored else 'colors holds'} {k} (degree {full})"
             )
     elif sh_degree is not None:
         raise ValueError(

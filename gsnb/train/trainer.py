@@ -142,20 +142,19 @@ class Trainer(TrainingControl):
         self._committing = False
         self._check_memory()
         self._peak_bytes: int | None = None
-        self._peak_read_at = -1
 
     def _gpu_peak(self, changed: bool) -> int | None:
         """Peak GPU memory allocated so far (bytes; None on CPU).
 
-        Read every ``PEAK_EVERY`` steps and after densification: torch builds the
+        Read at every ``PEAK_EVERY``-th step, after densification and when unknown
+        (first step, after a resume): torch builds the
         allocator's whole statistics dictionary in Python for each read (about
         0.2 ms, several percent of a step).
         """
         if self.device.type != "cuda":
             return None
-        if changed or self._peak_bytes is None or self._step - self._peak_read_at >= PEAK_EVERY:
+        if changed or self._peak_bytes is None or self._step % PEAK_EVERY == 0:
             self._peak_bytes = torch.cuda.max_memory_allocated(self.device)
-            self._peak_read_at = self._step
         return self._peak_bytes
 
     def _check_memory(self) -> None:
@@ -701,7 +700,7 @@ class Trainer(TrainingControl):
             k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in state.items()
         }
         self._step = int(payload["step"])
-        self._peak_bytes, self._peak_read_at = None, -1  # read afresh at the next step
+        self._peak_bytes = None  # read afresh at the next step
         self._order = torch.as_tensor(order["order"], dtype=torch.long)
         self._order_pos = int(order["pos"])
         self._order_gen.set_state(payload["rng"]["order"])

@@ -9,16 +9,18 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from bench_train import compare
 from summarize_seeds import summarize
 
 
 def run_file(tmp_path: Path, seed: int, psnr: tuple[float, float], wall: tuple[float, float]):
     runs = {
-        name: {"test_psnr": p, "wall_s": w, "train_psnr": p + 3}
+        name: {"test_psnr": p, "wall_s": w, "train_psnr": p + 3, "peak_memory_gib": 1.0}
         for name, p, w in zip(("gsnb", "gsplat"), psnr, wall, strict=True)
     }
+    payload = compare({"seed": seed, "steps": 7000, "runs": runs})  # as bench_train writes it
     path = tmp_path / f"seed{seed}.json"
-    path.write_text(json.dumps({"seed": seed, "steps": 7000, "runs": runs}))
+    path.write_text(json.dumps(payload))
     return path
 
 

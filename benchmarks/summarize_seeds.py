@@ -7,7 +7,9 @@ Each input is a ``train_<steps>.json`` holding a gsnb and a gsplat run of one se
         benchmarks/results/train_seeds/seed*/train_7000.json \\
         --out benchmarks/results/train_seeds/summary_7000.json
 
-Differences are gsnb minus gsplat (dB); ratios gsnb / gsplat.
+Differences are gsnb minus gsplat (dB); ratios gsnb / gsplat. The wall ratio is
+summarised over the seeds whose two runs had the GPU to themselves (files where
+neither run is marked ``overlapped``).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def summarize(files: list[Path]) -> dict[str, Any]:
             "test_psnr": [a["test_psnr"], b["test_psnr"]],
             "test_psnr_diff_db": versus["psnr_db"],
             "wall_s": [a["wall_s"], b["wall_s"]],
-            "wall_ratio": versus["wall_ratio"],
+            "wall_ratio": versus["wall_ratio"],  # None where a run shared the GPU
+            "num_gaussians": [a["num_gaussians"], b["num_gaussians"]],
             "file": str(path),
         }
         if "train_psnr" in a and "train_psnr" in b:
@@ -63,10 +66,16 @@ def summarize(files: list[Path]) -> dict[str, Any]:
         "steps": rows[0]["steps"],
         "seeds": [r["seed"] for r in rows],
         "test_psnr_diff_db": spread([r["test_psnr_diff_db"] for r in rows]),
-        "wall_ratio": spread([r["wall_ratio"] for r in rows]),
+        "wall_ratio": None,
+        "num_gaussians_ratio": spread(
+            [r["num_gaussians"][0] / r["num_gaussians"][1] for r in rows]
+        ),
         "test_psnr_gsnb": spread([r["test_psnr"][0] for r in rows]),
         "test_psnr_gsplat": spread([r["test_psnr"][1] for r in rows]),
     }
+    walls = [r["wall_ratio"] for r in rows if r["wall_ratio"] is not None]
+    if walls:
+        summary["wall_ratio"] = spread(walls) | {"runs": len(walls)}
     train = [r["train_psnr_diff_db"] for r in rows if "train_psnr_diff_db" in r]
     if train:
         summary["train_psnr_diff_db"] = spread(train) | {"runs": len(train)}

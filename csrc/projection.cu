@@ -195,8 +195,9 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
   // At least 1 px: an opacity of exactly 1/255 still reaches the threshold at its centre.
   const float rx = fminf(fmaxf(ceilf(sqrtf(r2 * sp.a)), 1.f), 1073741824.f);
   const float ry = fminf(fmaxf(ceilf(sqrtf(r2 * sp.c)), 1.f), 1073741824.f);
-  if (!(ceilf(mx - rx - 0.5f) <= (float)(width - 1) && floorf(mx + rx - 0.5f) >= 0.f &&
-        ceilf(my - ry - 0.5f) <= (float)(height - 1) && floorf(my + ry - 0.5f) >= 0.f))
+  // Visible when the box overlaps the image (as gsplat counts views for densification),
+  // even where it holds no pixel centre: such a splat has no tiles and gets no gradient.
+  if (!(mx + rx > 0.f && mx - rx < (float)width && my + ry > 0.f && my - ry < (float)height))
     return;
   const float A = sp.c / sp.det, B = -sp.b / sp.det, Cc = sp.a / sp.det;
   int count = 0;

@@ -44,7 +44,7 @@ class RenderMeta:
 
     @property
     def visible(self) -> Tensor:
-        """``[C, N]`` bool: the Gaussian touches the image of that camera."""
+        """``[C, N]`` bool: the Gaussian's box overlaps the image of that camera."""
         return (self.radii > 0).all(-1)
 
     @property

@@ -116,7 +116,10 @@ def splat_radii(
 
     alpha = o * exp(-d^T S^-1 d / 2) >= 1/255 holds inside the ellipse
     d^T S^-1 d <= 2 ln(255 o), whose box has half extents sqrt(2 ln(255 o) S_ii).
-    Zero where the box holds no pixel centre of the image.
+    Zero where the box misses the image. A box that overlaps the image yet holds
+    no pixel centre still counts as visible, as in gsplat: densification divides
+    a splat's summed screen-space gradient by the views that saw it, and its
+    default thresholds were set with this count.
     """
     log_ratio = torch.log(opacities.clamp_min(1e-30)) - math.log(ALPHA_MIN)
     extend2 = (2.0 * log_ratio).clamp_min(0.0)[None]  # [1, N]
@@ -128,10 +131,10 @@ def splat_radii(
         (opacities[None] >= ALPHA_MIN)  # the compositing's own test, in the same dtype
         & torch.isfinite(rx)
         & torch.isfinite(ry)
-        & (torch.ceil(mx - rx - 0.5) <= min(width - 1, 2**30))
-        & (torch.floor(mx + rx - 0.5) >= 0)
-        & (torch.ceil(my - ry - 0.5) <= min(height - 1, 2**30))
-        & (torch.floor(my + ry - 0.5) >= 0)
+        & (mx + rx > 0)
+        & (mx - rx < width)
+        & (my + ry > 0)
+        & (my - ry < height)
     )
     radii = torch.stack([rx, ry], dim=-1).nan_to_num(0.0)
     return torch.where(hits[..., None], radii, torch.zeros_like(radii)).to(torch.int32)

@@ -101,10 +101,15 @@ def _bin_tiles(
     visible = visible[torch.argsort(depths[visible], stable=True)]
     m = means2d[visible].detach().double()
     r = radii[visible].double()
-    x0 = torch.ceil(m[:, 0] - r[:, 0] - 0.5).clamp(0, width - 1).long() // TILE_SIZE
-    x1 = torch.floor(m[:, 0] + r[:, 0] - 0.5).clamp(0, width - 1).long() // TILE_SIZE
-    y0 = torch.ceil(m[:, 1] - r[:, 1] - 0.5).clamp(0, height - 1).long() // TILE_SIZE
-    y1 = torch.floor(m[:, 1] + r[:, 1] - 0.5).clamp(0, height - 1).long() // TILE_SIZE
+    # The pixel centres inside each box; a visible box may hold none (it then has no tile).
+    px0, px1 = torch.ceil(m[:, 0] - r[:, 0] - 0.5), torch.floor(m[:, 0] + r[:, 0] - 0.5)
+    py0, py1 = torch.ceil(m[:, 1] - r[:, 1] - 0.5), torch.floor(m[:, 1] + r[:, 1] - 0.5)
+    inside = (px0 <= width - 1) & (px1 >= 0) & (py0 <= height - 1) & (py1 >= 0)
+    visible, px0, px1, py0, py1 = (t[inside] for t in (visible, px0, px1, py0, py1))
+    x0 = px0.clamp(0, width - 1).long() // TILE_SIZE
+    x1 = px1.clamp(0, width - 1).long() // TILE_SIZE
+    y0 = py0.clamp(0, height - 1).long() // TILE_SIZE
+    y1 = py1.clamp(0, height - 1).long() // TILE_SIZE
     nx, ny = x1 - x0 + 1, y1 - y0 + 1
     counts = nx * ny
     owner = torch.repeat_interleave(torch.arange(len(visible), device=device), counts)

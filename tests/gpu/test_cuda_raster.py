@@ -190,6 +190,33 @@ def test_several_cameras_equal_one_at_a_time(cuda_ext):
         assert torch.equal(alone.meta.radii[0], together.meta.radii[c])
 
 
+def test_box_over_the_edge_without_a_pixel_centre(cuda_ext):
+    # As tests/render/test_edge_cases.py: radius 2 px, centres at x = -1.8 px (visible, no
+    # pixel centre in its box: no tile, no colour, no gradient) and -2.1 px (culled).
+    means = torch.tensor([[-0.6125, 0.0, 1.0], [-0.63125, 0.0, 1.0]], device="cuda")
+    params = {
+        "means": means.requires_grad_(),
+        "quats": torch.tensor([[1.0, 0, 0, 0]] * 2, device="cuda", requires_grad=True),
+        "scales": torch.full((2, 3), 1e-6, device="cuda", requires_grad=True),
+        "opacities": torch.full((2,), 0.9, device="cuda", requires_grad=True),
+        "colors": torch.ones(2, 3, device="cuda", requires_grad=True),
+    }
+    Ks = torch.tensor([[[16.0, 0, 8], [0, 16, 8], [0, 0, 1]]], device="cuda")
+    out = gsnb.render(
+        **params,
+        viewmats=torch.eye(4, device="cuda")[None],
+        Ks=Ks,
+        width=16,
+        height=16,
+        backend="cuda",
+        backgrounds=torch.full((1, 3), 0.25, device="cuda"),
+    )
+    assert out.meta.radii[0].tolist() == [[2, 2], [0, 0]]
+    assert (out.alpha == 0).all() and (out.rgb == 0.25).all()
+    out.rgb.sum().backward()
+    assert all((p.grad == 0).all() for p in params.values() if p.grad is not None)
+
+
 @pytest.mark.parametrize(("width", "height"), [(1, 1), (17, 13), (33, 20), (1921, 1081)])
 def test_odd_sizes(cuda_ext, width, height):
     g, viewmats, Ks = scene(3000 if width > 100 else 300, width, height, 1, seed=width)

@@ -243,3 +243,17 @@ def test_without_depth_the_colours_are_the_same() -> None:
     )
     for g, lg in zip(grads, lean_grads, strict=True):
         torch.testing.assert_close(lg, g, rtol=1e-12, atol=1e-12)
+
+
+def test_box_over_the_edge_without_a_pixel_centre_is_visible_and_inert() -> None:
+    # Radius ceil(sqrt(2 ln(255 * 0.9) * 0.3)) = 2 px. Centre at x = -1.8 px: the box reaches
+    # x = 0.2, inside the image but short of the first pixel centre (0.5); at -2.1 it misses.
+    def at(mx: float) -> Scene:
+        return one_gaussian([(mx - 8.0) / 16.0, 0.0, 1.0], scale=1e-6, opacity=0.9)
+
+    scene = concat(at(-1.8), at(-2.1)).with_grad()
+    out = gsnb.render(*scene.args(), backgrounds=torch.full((1, 3), 0.25, dtype=F64))
+    assert out.meta.radii[0].tolist() == [[2, 2], [0, 0]]
+    assert (out.alpha == 0).all() and (out.rgb == 0.25).all()
+    out.rgb.sum().backward()
+    assert all((t.grad == 0).all() for t in scene.tensors().values() if t.grad is not None)

@@ -215,9 +215,7 @@ def compare(payload: dict[str, Any]) -> dict[str, Any]:
         payload["gsnb_vs_gsplat"] = {
             "psnr_db": round(a["test_psnr"] - b["test_psnr"], 3),
             "wall_ratio": None if shared else round(a["wall_s"] / b["wall_s"], 3),
-            "memory_ratio": round(
-                runs["gsnb"]["peak_memory_gib"] / runs["gsplat"]["peak_memory_gib"], 3
-            ),
+            "memory_ratio": round(a["peak_memory_gib"] / b["peak_memory_gib"], 3),
         }
     return payload
 

@@ -145,12 +145,6 @@ __device__ __forceinline__ void stage_coeffs_in(
   }
 }
 
-// Coalesced write-back of a block's staged coefficient gradients into one [N, width / 3, 3]
-// tensor whose row entries start at entry `first` of a Gaussian's row (zeros past `used`).
-__device__ __forceinline__ void stage_coeffs_out(
-    const float* rows, int row_len, int used, int first, int width, int64_t idx0, int count,
-    int n, bool atomic, float* __restrict__ out);
-
 // Directions from the camera centre (-R^T t) to the Gaussian, in world space.
 __device__ __forceinline__ void view_dir(const Camera& cam, const float* mean, float* dir) {
 #pragma unroll
@@ -242,6 +236,21 @@ __device__ __forceinline__ void put(float* dst, float v, bool atomic) {
     if (v != 0.f) atomicAdd(dst, v);
   } else {
     *dst = v;
+  }
+}
+
+// Coalesced write-back of a block's staged coefficient gradients into one [N, width / 3, 3]
+// tensor whose row entries start at entry `first` of a Gaussian's row (zeros past `used`).
+__device__ __forceinline__ void stage_coeffs_out(
+    const float* rows, int row_len, int used, int first, int width, int64_t idx0, int count,
+    int n, bool atomic, float* __restrict__ out) {
+  const float inv = 1.f / (float)width;
+  for (int e = threadIdx.x; e < count * width; e += blockDim.x) {
+    const int r = __float2int_rz(((float)e + 0.5f) * inv);  // e / width, exact for e < 2^16
+    const int k = e - r * width;
+    const int64_t g = (idx0 + r) % n;
+    const float v = first + k < used ? rows[r * row_len + first + k] : 0.f;
+    put(out + g * width + k, v, atomic);
   }
 }
 
@@ -470,19 +479,6 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
                      v_rest);
 }
 
-__device__ __forceinline__ void stage_coeffs_out(
-    const float* rows, int row_len, int used, int first, int width, int64_t idx0, int count,
-    int n, bool atomic, float* __restrict__ out) {
-  const float inv = 1.f / (float)width;
-  for (int e = threadIdx.x; e < count * width; e += blockDim.x) {
-    const int r = __float2int_rz(((float)e + 0.5f) * inv);  // e / width, exact for e < 2^16
-    const int k = e - r * width;
-    const int64_t g = (idx0 + r) % n;
-    const float v = first + k < used ? rows[r * row_len + first + k] : 0.f;
-    put(out + g * width + k, v, atomic);
-  }
-}
-
 // The coefficients as the kernels read them: coeffs alone ([N, 3] RGB or [N, K, 3]), or
 // coeffs [N, K0, 3] followed by rest [N, KR, 3].
 Coeffs coeffs_view(const at::Tensor& coeffs, const std::optional<at::Tensor>& rest) {
@@ -544,7 +540,8 @@ std::vector<at::Tensor> project_backward(
   auto v_quats = alloc(quats);
   auto v_scales = alloc(scales);
   auto v_coeffs = alloc(coeffs);
-  auto v_rest = cf.rest_k > 0 ? alloc(*rest) : at::empty({0}, means.options());
+  // An empty rest [N, 0, 3] gets its (empty) gradient too; no rest, an unused placeholder.
+  auto v_rest = rest.has_value() && rest->defined() ? alloc(*rest) : at::empty({0}, means.options());
   if (c * n > 0) {
     const size_t smem = sh_degree >= 0 ? kThreads * ((sh_degree + 1) * (sh_degree + 1) * 3 + 1) * 4 : 0;
     project_backward_kernel<<<blocks_for(c * n), kThreads, smem, c10::cuda::getCurrentCUDAStream()>>>(

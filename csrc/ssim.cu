@@ -14,6 +14,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <array>
 #include <cmath>
 
 #include "ops.h"
@@ -270,103 +271,113 @@ Shape make_shape(const at::Tensor& img, int64_t pad) {
   return s;
 }
 
+// The checked layout of an image pair; `who` names the caller in errors.
+Shape pair_shape(const at::Tensor& img1, const at::Tensor& img2, int64_t pad, const char* who) {
+  check_image(img1, "img1");
+  check_image(img2, "img2");
+  TORCH_CHECK(img1.sizes() == img2.sizes(), who, ": images differ in shape: ", img1.sizes(),
+              " and ", img2.sizes());
+  return make_shape(img1, pad);
+}
+
+// The saved maps (and the incoming map gradient) must have the SSIM map's shape.
+void check_maps(std::initializer_list<const at::Tensor*> maps, int64_t batch, const Shape& s,
+                const char* who) {
+  for (const at::Tensor* t : maps) {
+    check_image(*t, "a map");
+    TORCH_CHECK(t->size(0) == batch && t->size(1) == s.Ho && t->size(2) == s.Wo &&
+                    t->size(3) == s.C,
+                who, ": a map has shape ", t->sizes());
+  }
+}
+
+// One thread per output (forward) or per input pixel (backward), a z-slice per image channel.
+dim3 grid_over(int width, int height, int64_t batch, const Shape& s) {
+  return dim3((width + kSsimTile - 1) / kSsimTile, (height + kSsimTile - 1) / kSsimTile,
+              static_cast<unsigned>(batch * s.C));
+}
+
+// The SSIM map and/or the per-block partial sums, and the derivative maps for the backward.
+void launch_forward(const at::Tensor& img1, const at::Tensor& img2, const Shape& s,
+                    const dim3& grid, double sigma, double c1, double c2, float* map,
+                    const std::array<at::Tensor, 3>& d, bool with_grad, float* partials) {
+  ssim_forward_kernel<<<grid, dim3(kSsimTile, kSsimTile), 0, c10::cuda::getCurrentCUDAStream()>>>(
+      img1.data_ptr<float>(), img2.data_ptr<float>(), s, gaussian_window(sigma),
+      static_cast<float>(c1), static_cast<float>(c2), map,
+      with_grad ? d[0].data_ptr<float>() : nullptr, with_grad ? d[1].data_ptr<float>() : nullptr,
+      with_grad ? d[2].data_ptr<float>() : nullptr, partials);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void launch_backward(const at::Tensor& img1, const at::Tensor& img2, const Shape& s,
+                     double sigma, const float* v_map, const LossGrads& lg, const at::Tensor& d_mu,
+                     const at::Tensor& d_xx, const at::Tensor& d_xy, at::Tensor& v_x) {
+  ssim_backward_kernel<<<grid_over(s.W, s.H, img1.size(0), s), dim3(kSsimTile, kSsimTile), 0,
+                         c10::cuda::getCurrentCUDAStream()>>>(
+      img1.data_ptr<float>(), img2.data_ptr<float>(), v_map, lg, d_mu.data_ptr<float>(),
+      d_xx.data_ptr<float>(), d_xy.data_ptr<float>(), s, gaussian_window(sigma),
+      v_x.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Derivative maps shaped like the SSIM map, when a backward pass will need them.
+std::array<at::Tensor, 3> derivative_maps(const at::Tensor& img, const Shape& s, bool with_grad) {
+  if (!with_grad) return {};
+  auto opts = img.options();
+  const int64_t B = img.size(0);
+  return {at::empty({B, s.Ho, s.Wo, s.C}, opts), at::empty({B, s.Ho, s.Wo, s.C}, opts),
+          at::empty({B, s.Ho, s.Wo, s.C}, opts)};
+}
+
 }  // namespace
 
 std::vector<at::Tensor> ssim_forward(
     const at::Tensor& img1, const at::Tensor& img2, int64_t pad, double sigma, double c1,
     double c2, bool with_grad) {
-  check_image(img1, "img1");
-  check_image(img2, "img2");
-  TORCH_CHECK(img1.sizes() == img2.sizes(), "ssim: images differ in shape: ", img1.sizes(),
-              " and ", img2.sizes());
+  const Shape s = pair_shape(img1, img2, pad, "ssim");
   const at::cuda::CUDAGuard guard(img1.device());
-  const Shape s = make_shape(img1, pad);
   const int64_t B = img1.size(0);
   auto map = at::empty({B, s.Ho, s.Wo, s.C}, img1.options());
-  at::Tensor d_mu, d_xx, d_xy;
-  if (with_grad) {
-    d_mu = at::empty_like(map);
-    d_xx = at::empty_like(map);
-    d_xy = at::empty_like(map);
-  }
-  if (map.numel() > 0) {
-    const dim3 block(kSsimTile, kSsimTile);
-    const dim3 grid((s.Wo + kSsimTile - 1) / kSsimTile, (s.Ho + kSsimTile - 1) / kSsimTile,
-                    static_cast<unsigned>(B * s.C));
-    ssim_forward_kernel<<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        img1.data_ptr<float>(), img2.data_ptr<float>(), s, gaussian_window(sigma),
-        static_cast<float>(c1), static_cast<float>(c2), map.data_ptr<float>(),
-        with_grad ? d_mu.data_ptr<float>() : nullptr, with_grad ? d_xx.data_ptr<float>() : nullptr,
-        with_grad ? d_xy.data_ptr<float>() : nullptr, nullptr);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  return {map, d_mu, d_xx, d_xy};
+  const auto d = derivative_maps(img1, s, with_grad);
+  if (map.numel() > 0)
+    launch_forward(img1, img2, s, grid_over(s.Wo, s.Ho, B, s), sigma, c1, c2,
+                   map.data_ptr<float>(), d, with_grad, nullptr);
+  return {map, d[0], d[1], d[2]};
 }
 
 std::vector<at::Tensor> photometric_forward(
     const at::Tensor& img1, const at::Tensor& img2, int64_t pad, double sigma, double c1,
     double c2, double lambda, bool with_grad) {
-  check_image(img1, "img1");
-  check_image(img2, "img2");
-  TORCH_CHECK(img1.sizes() == img2.sizes(), "photometric loss: images differ in shape: ",
-              img1.sizes(), " and ", img2.sizes());
+  const Shape s = pair_shape(img1, img2, pad, "photometric loss");
   TORCH_CHECK(img1.numel() > 0, "photometric loss: empty images");
   const at::cuda::CUDAGuard guard(img1.device());
-  const Shape s = make_shape(img1, pad);
   const int64_t B = img1.size(0);
-  at::Tensor d_mu, d_xx, d_xy;
-  if (with_grad) {
-    d_mu = at::empty({B, s.Ho, s.Wo, s.C}, img1.options());
-    d_xx = at::empty_like(d_mu);
-    d_xy = at::empty_like(d_mu);
-  }
-  const dim3 block(kSsimTile, kSsimTile);
-  const dim3 grid((s.Wo + kSsimTile - 1) / kSsimTile, (s.Ho + kSsimTile - 1) / kSsimTile,
-                  static_cast<unsigned>(B * s.C));
+  const auto d = derivative_maps(img1, s, with_grad);
+  const dim3 grid = grid_over(s.Wo, s.Ho, B, s);
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
   auto partials = at::empty({blocks, 3}, img1.options());
   auto stats = at::empty({4}, img1.options());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  ssim_forward_kernel<<<grid, block, 0, stream>>>(
-      img1.data_ptr<float>(), img2.data_ptr<float>(), s, gaussian_window(sigma),
-      static_cast<float>(c1), static_cast<float>(c2), nullptr,
-      with_grad ? d_mu.data_ptr<float>() : nullptr, with_grad ? d_xx.data_ptr<float>() : nullptr,
-      with_grad ? d_xy.data_ptr<float>() : nullptr, partials.data_ptr<float>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_forward(img1, img2, s, grid, sigma, c1, c2, nullptr, d, with_grad,
+                 partials.data_ptr<float>());
   const double outputs = static_cast<double>(B) * s.Ho * s.Wo * s.C;
-  photometric_finish_kernel<<<1, 96, 0, stream>>>(partials.data_ptr<float>(), blocks,
-                                                  1.0 / outputs, 1.0 / img1.numel(),
-                                                  static_cast<float>(lambda),
-                                                  stats.data_ptr<float>());
+  photometric_finish_kernel<<<1, 96, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      partials.data_ptr<float>(), blocks, 1.0 / outputs, 1.0 / img1.numel(),
+      static_cast<float>(lambda), stats.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {stats, d_mu, d_xx, d_xy};
+  return {stats, d[0], d[1], d[2]};
 }
 
 at::Tensor ssim_backward(
     const at::Tensor& img1, const at::Tensor& img2, const at::Tensor& v_map,
     const at::Tensor& d_mu, const at::Tensor& d_xx, const at::Tensor& d_xy, int64_t pad,
     double sigma) {
-  check_image(img1, "img1");
-  check_image(img2, "img2");
+  const Shape s = pair_shape(img1, img2, pad, "ssim_backward");
   const at::cuda::CUDAGuard guard(img1.device());
-  const Shape s = make_shape(img1, pad);
-  for (const at::Tensor* t : {&v_map, &d_mu, &d_xx, &d_xy}) {
-    check_image(*t, "a map");
-    TORCH_CHECK(t->size(0) == img1.size(0) && t->size(1) == s.Ho && t->size(2) == s.Wo &&
-                    t->size(3) == s.C,
-                "ssim_backward: a map has shape ", t->sizes());
-  }
+  check_maps({&v_map, &d_mu, &d_xx, &d_xy}, img1.size(0), s, "ssim_backward");
   auto v_x = at::empty_like(img1);
-  if (v_x.numel() > 0) {
-    const dim3 block(kSsimTile, kSsimTile);
-    const dim3 grid((s.W + kSsimTile - 1) / kSsimTile, (s.H + kSsimTile - 1) / kSsimTile,
-                    static_cast<unsigned>(img1.size(0) * s.C));
-    ssim_backward_kernel<<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        img1.data_ptr<float>(), img2.data_ptr<float>(), v_map.data_ptr<float>(), LossGrads{},
-        d_mu.data_ptr<float>(), d_xx.data_ptr<float>(), d_xy.data_ptr<float>(), s,
-        gaussian_window(sigma), v_x.data_ptr<float>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  if (v_x.numel() > 0)
+    launch_backward(img1, img2, s, sigma, v_map.data_ptr<float>(), LossGrads{}, d_mu, d_xx,
+                    d_xy, v_x);
   return v_x;
 }
 
@@ -375,16 +386,9 @@ at::Tensor photometric_backward(
     const at::Tensor& d_xx, const at::Tensor& d_xy, int64_t pad, double sigma, double lambda,
     const std::optional<at::Tensor>& g_loss, const std::optional<at::Tensor>& g_l1,
     const std::optional<at::Tensor>& g_ssim, const std::optional<at::Tensor>& g_mse) {
-  check_image(img1, "img1");
-  check_image(img2, "img2");
+  const Shape s = pair_shape(img1, img2, pad, "photometric_backward");
   const at::cuda::CUDAGuard guard(img1.device());
-  const Shape s = make_shape(img1, pad);
-  for (const at::Tensor* t : {&d_mu, &d_xx, &d_xy}) {
-    check_image(*t, "a map");
-    TORCH_CHECK(t->size(0) == img1.size(0) && t->size(1) == s.Ho && t->size(2) == s.Wo &&
-                    t->size(3) == s.C,
-                "photometric_backward: a map has shape ", t->sizes());
-  }
+  check_maps({&d_mu, &d_xx, &d_xy}, img1.size(0), s, "photometric_backward");
   auto scalar = [&](const std::optional<at::Tensor>& g) -> const float* {
     if (!g.has_value() || !g->defined()) return nullptr;
     TORCH_CHECK(g->device() == img1.device() && g->scalar_type() == at::kFloat &&
@@ -402,14 +406,7 @@ at::Tensor photometric_backward(
                      static_cast<float>(1.0 / outputs),
                      static_cast<float>(1.0 / img1.numel())};
   auto v_x = at::empty_like(img1);
-  const dim3 block(kSsimTile, kSsimTile);
-  const dim3 grid((s.W + kSsimTile - 1) / kSsimTile, (s.H + kSsimTile - 1) / kSsimTile,
-                  static_cast<unsigned>(img1.size(0) * s.C));
-  ssim_backward_kernel<<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      img1.data_ptr<float>(), img2.data_ptr<float>(), nullptr, lg, d_mu.data_ptr<float>(),
-      d_xx.data_ptr<float>(), d_xy.data_ptr<float>(), s, gaussian_window(sigma),
-      v_x.data_ptr<float>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_backward(img1, img2, s, sigma, nullptr, lg, d_mu, d_xx, d_xy, v_x);
   return v_x;
 }
 

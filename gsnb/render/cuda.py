@@ -108,8 +108,6 @@ class _Project(torch.autograd.Function):
             stored,
         )  # fmt: skip
         needs = ctx.needs_input_grad
-        if needs[5] and v_rest.numel() == 0:
-            v_rest = torch.zeros_like(rest)  # an empty rest [N, 0, 3]
         return (
             v_means if needs[0] else None,
             v_quats if needs[1] else None,

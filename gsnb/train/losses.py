@@ -10,6 +10,8 @@ from torch import Tensor
 
 from gsnb.train import fused_ssim
 
+SSIM_WINDOW = 11
+SSIM_SIGMA = 1.5
 SSIM_C1 = 0.01**2
 SSIM_C2 = 0.03**2
 
@@ -35,8 +37,8 @@ def ssim(
     img1: Tensor,
     img2: Tensor,
     *,
-    window_size: int = 11,
-    sigma: float = 1.5,
+    window_size: int = SSIM_WINDOW,
+    sigma: float = SSIM_SIGMA,
     padding: str = "valid",
     reduce: bool = True,
 ) -> Tensor:
@@ -162,13 +164,13 @@ def photometric_terms(
     if (
         render.dim() >= 3
         and render.shape[-1] == 3
-        and fused_ssim.available(render, target, 11, "photometric_forward")
+        and fused_ssim.available(render, target, SSIM_WINDOW, "photometric_forward")
     ):
         return fused_ssim.photometric(
-            _batched(render), _batched(target), pad=_window_pad(render, 11, "valid"), sigma=1.5,
-            c1=SSIM_C1, c2=SSIM_C2, lam=float(ssim_lambda),
+            _batched(render), _batched(target), pad=_window_pad(render, SSIM_WINDOW, "valid"),
+            sigma=SSIM_SIGMA, c1=SSIM_C1, c2=SSIM_C2, lam=float(ssim_lambda),
         )  # fmt: skip
     l1 = (render - target).abs().mean()
-    s = ssim(render, target)
+    s = ssim(render, target)  # differentiable at any lambda, as the fused path's ssim
     mse = F.mse_loss(render, target)
     return (1.0 - ssim_lambda) * l1 + ssim_lambda * (1.0 - s), l1, s, mse

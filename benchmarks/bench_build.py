@@ -3,7 +3,7 @@
 Each measurement runs in a fresh Python process (timed inside it, after ``import
 torch``), so the numbers are what a new notebook kernel sees:
 
-1. gsnb cold: ``gsnb.build.build(jobs=16)`` into an empty cache (includes the smoke test);
+1. gsnb cold: ``gsnb.toolchain.build(jobs=16)`` into an empty cache (includes the smoke test);
    then a second ``build()`` in the same process. Reports each compile step's start and
    end from ninja's ``.ninja_log`` (are the units compiled in parallel? which is slowest?).
 2. gsnb warm, new process: ``build()`` (cache hit; the smoke test passed in 1. and is
@@ -38,14 +38,14 @@ JOBS = 16
 
 
 def child_gsnb_cold(cache: str) -> dict:
-    import gsnb.build
-    from gsnb.build.ninja_log import read_steps
+    import gsnb.toolchain
+    from gsnb.toolchain.ninja_log import read_steps
 
     start = time.perf_counter()
-    first = gsnb.build.build(jobs=JOBS, cache_dir=cache, progress=False)
+    first = gsnb.toolchain.build(jobs=JOBS, cache_dir=cache, progress=False)
     cold = time.perf_counter() - start
     start = time.perf_counter()
-    second = gsnb.build.build(jobs=JOBS, cache_dir=cache, progress=False)
+    second = gsnb.toolchain.build(jobs=JOBS, cache_dir=cache, progress=False)
     warm = time.perf_counter() - start
     return {
         "cold_s": cold,
@@ -71,23 +71,23 @@ def child_gsnb_warm(cache: str) -> dict:
     torch.cuda.init()  # CUDA start-up is not part of the build
     cuda_init = time.perf_counter() - start
     start = time.perf_counter()
-    import gsnb.build
+    import gsnb.toolchain
 
     imported_gsnb = time.perf_counter() - start
     started: list[str] = []
     sys.addaudithook(lambda e, a: e == "subprocess.Popen" and started.append(str(a[1][0])))
     start = time.perf_counter()
-    result = gsnb.build.build(cache_dir=cache, progress=False)
+    result = gsnb.toolchain.build(cache_dir=cache, progress=False)
     warm = time.perf_counter() - start
     warm_started = list(started)
     start = time.perf_counter()
-    verified = gsnb.build.build(cache_dir=cache, progress=False, verify=True)
+    verified = gsnb.toolchain.build(cache_dir=cache, progress=False, verify=True)
     warm_verify = time.perf_counter() - start
-    from gsnb.render import cuda
+    from gsnb.raster import cuda
 
     cuda.set_extension(None)
     start = time.perf_counter()
-    module = gsnb.build.load_cached()
+    module = gsnb.toolchain.load_cached()
     loaded = time.perf_counter() - start
     return {
         "import_torch_s": imported,
@@ -115,7 +115,7 @@ def child_gsplat(ext_dir: str) -> dict:
     torch.cuda.init()
     import gsplat
 
-    from gsnb.build.smoke import tiny_scene
+    from gsnb.toolchain.smoke import tiny_scene
 
     scene = tiny_scene(torch.device("cuda"))
 

@@ -158,7 +158,7 @@ def main() -> None:
     info = environment()
     info["packages"] = {name: _version(name) for name in PACKAGES}
     if torch.cuda.is_available() and args.backend != "reference" and not args.no_build:
-        from gsnb.build import build
+        from gsnb.toolchain import build
 
         print("building the CUDA rasterizer (a cache hit when built already) ...", flush=True)
         result = build(progress=False)

@@ -22,7 +22,7 @@ from common import environment, write_json
 
 from gsnb.memory import estimate_peak_memory
 from gsnb.model import GaussianModel
-from gsnb.render.scenes import intrinsics, look_at, random_gaussians
+from gsnb.raster.scenes import intrinsics, look_at, random_gaussians
 from gsnb.train.losses import photometric_loss
 
 SIZES = {"0.3MP": (640, 480), "2MP": (1920, 1080), "8MP": (3840, 2160)}

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import FOX, cuda_time_ms, environment, peak_extra_mib, psnr, write_json
 
 import gsnb
-from gsnb.render.scenes import intrinsics, look_at, random_gaussians
+from gsnb.raster.scenes import intrinsics, look_at, random_gaussians
 
 
 def random_scene(n: int) -> dict:

@@ -100,7 +100,7 @@ def build_gsnb() -> None:
     Every run needs it, the gsplat-backed one too, so that both train with the same loss
     kernels and differ only in the rasterizer.
     """
-    from gsnb.build import build
+    from gsnb.toolchain import build
 
     started = time.perf_counter()
     build(progress=True)

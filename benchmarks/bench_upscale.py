@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def _cuda_rasterizer_built() -> bool:
     try:
-        from gsnb.render import cuda
+        from gsnb.raster import cuda
 
         return bool(cuda.is_available())
     except Exception:  # any import or build problem means: not built

@@ -1,5 +1,5 @@
 // Shared constants and small device helpers of the gsnb rasterizer.
-// The semantics match gsnb/render/constants.py and the reference backend.
+// The semantics match gsnb/raster/constants.py and the reference backend.
 #pragma once
 
 #include <cstdint>

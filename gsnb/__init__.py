@@ -1,6 +1,7 @@
 """gsnb: 3D Gaussian Splatting from a Jupyter notebook.
 
 ``%load_ext gsnb`` registers the notebook magics (``%gs_build``, ``%gs_doctor``, ...).
+:func:`build` builds the CUDA rasterizer for this machine's GPU (``gsnb.toolchain``).
 :func:`render` renders Gaussians with the CUDA rasterizer or the PyTorch reference;
 :func:`render_splats` renders them as 3DGS stores them (log-scales, opacity logits, sh0/shN).
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from gsnb.memory import estimate_peak_memory
-from gsnb.render import RenderMeta, RenderResult, render, render_splats
+from gsnb.raster import RenderMeta, RenderResult, render, render_splats
+from gsnb.toolchain import build
 
 __version__ = "0.1.0"
 
@@ -18,6 +20,7 @@ __all__ = [
     "RenderMeta",
     "RenderResult",
     "__version__",
+    "build",
     "estimate_peak_memory",
     "load_ipython_extension",
     "render",

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 # command -> (module, function prefix, one-line help). The module defines
 # ``<prefix>_arguments(parser)`` and ``<prefix>(args) -> int``.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "doctor": ("gsnb.build.commands", "doctor", "check GPU, CUDA toolkit and compilers"),
-    "build": ("gsnb.build.commands", "build", "build the CUDA rasterizer for this GPU"),
+    "doctor": ("gsnb.toolchain.commands", "doctor", "check GPU, CUDA toolkit and compilers"),
+    "build": ("gsnb.toolchain.commands", "build", "build the CUDA rasterizer for this GPU"),
     "export": ("gsnb.export.commands", "export", "write a checkpoint as a 3DGS PLY file"),
     "video": ("gsnb.export.commands", "video", "render a camera path to an H.264 MP4 video"),
     "train": ("gsnb.train.commands", "train", "train Gaussians on a dataset of posed photos"),

@@ -12,7 +12,7 @@ were fitted to peaks measured on an H200 (``benchmarks/bench_memory.py``,
 
 from __future__ import annotations
 
-from gsnb.render.sh import num_sh_bases
+from gsnb.raster.sh import num_sh_bases
 
 # Fitted on an H200 (benchmarks/bench_memory.py, least squares on relative error): what a
 # step holds at its peak beyond the parameters and Adam's state. The loss's per-pixel

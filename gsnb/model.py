@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from gsnb.render import RenderResult, activate_splats, render_splats
-from gsnb.render.sh import num_sh_bases, rgb_to_sh0, sh_degree_from_bases
+from gsnb.raster import RenderResult, activate_splats, render_splats
+from gsnb.raster.sh import num_sh_bases, rgb_to_sh0, sh_degree_from_bases
 from gsnb.utils.atomic import atomic_write
 
 SPLAT_KEYS = ("means", "quats", "scales", "opacities", "sh0", "shN")

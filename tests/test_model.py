@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gsnb.model import GaussianModel, knn_distances
-from gsnb.render.sh import sh0_to_rgb
+from gsnb.raster.sh import sh0_to_rgb
 
 
 def test_from_points_uses_knn_scales_and_inria_layout() -> None:

@@ -30,7 +30,7 @@ import torch
 from plyfile import PlyData, PlyElement, PlyElementParseError, PlyHeaderParseError, PlyProperty
 from torch import Tensor
 
-from gsnb.render.sh import sh_degree_from_bases
+from gsnb.raster.sh import sh_degree_from_bases
 from gsnb.utils.atomic import atomic_write
 
 CHUNK_ROWS = 1 << 18

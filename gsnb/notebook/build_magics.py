@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from gsnb.build.commands import add_build_arguments, doctor_arguments
+from gsnb.toolchain.commands import add_build_arguments, doctor_arguments
 
 
 class _MagicParser(argparse.ArgumentParser):
@@ -82,8 +82,8 @@ class BuildMagics(Magics):
     @line_magic
     def gs_build(self, line: str) -> Any:
         """Build (or reuse) the CUDA rasterizer for this kernel's GPU."""
-        from gsnb.build import BuildError
-        from gsnb.build.commands import build_from_args
+        from gsnb.toolchain import BuildError
+        from gsnb.toolchain.commands import build_from_args
 
         args = _parse(BUILD_PARSER, line)
         try:
@@ -100,8 +100,8 @@ class BuildMagics(Magics):
     @line_magic
     def gs_doctor(self, line: str) -> Any:
         """Show what the build would use, with a verdict per line."""
-        from gsnb.build.environment import discover
-        from gsnb.build.report import DoctorReport
+        from gsnb.toolchain.environment import discover
+        from gsnb.toolchain.report import DoctorReport
 
         args = _parse(DOCTOR_PARSER, line)
         try:

@@ -34,7 +34,7 @@ def available(img1: Tensor, img2: Tensor, window_size: int, op: str = "ssim_forw
         return False
     if window_size != WINDOW or img2.requires_grad or img1.device != img2.device:
         return False
-    from gsnb.render import cuda
+    from gsnb.raster import cuda
 
     return cuda.kernel(op) is not None
 
@@ -44,7 +44,7 @@ class _FusedSSIM(torch.autograd.Function):
     def forward(  # type: ignore[override]
         ctx: Any, img1: Tensor, img2: Tensor, pad: int, sigma: float, c1: float, c2: float
     ) -> Tensor:
-        from gsnb.render import cuda
+        from gsnb.raster import cuda
 
         ext = cuda.get_extension()
         grad = img1.requires_grad
@@ -57,7 +57,7 @@ class _FusedSSIM(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, v_map: Tensor):  # type: ignore[override]
-        from gsnb.render import cuda
+        from gsnb.raster import cuda
 
         img1, img2, d_mu, d_xx, d_xy = ctx.saved_tensors
         v_img1 = cuda.get_extension().ssim_backward(
@@ -90,7 +90,7 @@ class _FusedPhotometric(torch.autograd.Function):
         target: Tensor,
         settings: tuple[int, float, float, float, float, bool],
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        from gsnb.render import cuda
+        from gsnb.raster import cuda
 
         pad, sigma, c1, c2, lam, grad = settings
         stats, d_mu, d_xx, d_xy = cuda.kernel("photometric_forward")(
@@ -105,7 +105,7 @@ class _FusedPhotometric(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, g_loss, g_l1, g_ssim, g_mse):  # type: ignore[override]
-        from gsnb.render import cuda
+        from gsnb.raster import cuda
 
         render, target, d_mu, d_xx, d_xy = ctx.saved_tensors
         pad, sigma, _, _, lam, _ = ctx.settings

@@ -83,7 +83,7 @@ def _kernel(params: list[Tensor], grads: list[Tensor]) -> Any:
         return None
     if len(params) > 8 or len(grads) > 8 or len({t.device for t in tensors}) != 1:
         return None
-    from gsnb.render import cuda
+    from gsnb.raster import cuda
 
     return cuda.kernel("health_sums")
 

@@ -120,7 +120,7 @@ class GaussianAdam(torch.optim.Adam):
                 state = self.state.get(p)
                 if state and not _kernel_state(state, p):
                     return None
-        from gsnb.render import cuda
+        from gsnb.raster import cuda
 
         return cuda.kernel("adam_step")
 

@@ -18,7 +18,7 @@ from torch import Tensor
 
 import gsnb
 from gsnb.model import GaussianModel
-from gsnb.render import RenderResult, render, render_splats
+from gsnb.raster import RenderResult, render, render_splats
 from gsnb.train import checkpoint as ckpt
 from gsnb.train import regularizers
 from gsnb.train.config import TrainConfig

@@ -17,7 +17,7 @@ import torch
 
 from gsnb.model import GaussianModel
 from gsnb.notebook.imaging import to_uint8
-from gsnb.render import RenderResult
+from gsnb.raster import RenderResult
 from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
 from gsnb.viewer.splats import splat_arrays
 from gsnb.viewer.stream import BrowserCamera, FramePlanner, FrameRequest

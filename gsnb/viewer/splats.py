@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from gsnb.model import GaussianModel
-from gsnb.render.sh import sh0_to_rgb
+from gsnb.raster.sh import sh0_to_rgb
 
 
 def splat_arrays(model: GaussianModel) -> dict[str, np.ndarray]:

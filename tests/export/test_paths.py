@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gsnb.export import paths
-from gsnb.render.projection import camera_centres as render_camera_centres
+from gsnb.raster.projection import camera_centres as render_camera_centres
 
 UP = np.array([0.0, -1.0, 0.0])
 

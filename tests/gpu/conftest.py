@@ -17,10 +17,10 @@ def cuda_ext():
     """The built CUDA rasterizer (built for this GPU if no cached build exists)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device visible")
-    from gsnb.render import cuda
+    from gsnb.raster import cuda
 
     if not cuda.is_available():
-        from gsnb.build import build
+        from gsnb.toolchain import build
 
         build()
     assert cuda.is_available(), "the CUDA rasterizer did not load after building it"

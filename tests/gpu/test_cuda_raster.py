@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import gsnb
-from gsnb.render.scenes import orbit_cameras, random_gaussians
+from gsnb.raster.scenes import orbit_cameras, random_gaussians
 
 OUTPUT_TOL = 1e-4  # relative L2 error of rgb, alpha, depth
 GRAD_TOL = 1e-3  # relative L2 error of each gradient
@@ -191,7 +191,7 @@ def test_several_cameras_equal_one_at_a_time(cuda_ext):
 
 
 def test_box_over_the_edge_without_a_pixel_centre(cuda_ext):
-    # As tests/render/test_edge_cases.py: radius 2 px, centres at x = -1.8 px (visible, no
+    # As tests/raster/test_edge_cases.py: radius 2 px, centres at x = -1.8 px (visible, no
     # pixel centre in its box: no tile, no colour, no gradient) and -2.1 px (culled).
     means = torch.tensor([[-0.6125, 0.0, 1.0], [-0.63125, 0.0, 1.0]], device="cuda")
     params = {

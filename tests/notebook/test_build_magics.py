@@ -6,8 +6,8 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from gsnb.build import BuildError
-from gsnb.build.report import DoctorReport
+from gsnb.toolchain import BuildError
+from gsnb.toolchain.report import DoctorReport
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from PIL import Image
 
 import gsnb
 from gsnb.data.dataset import SceneDataset, View
-from gsnb.render.scenes import intrinsics, look_at
+from gsnb.raster.scenes import intrinsics, look_at
 
 FOX = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "fox"
 

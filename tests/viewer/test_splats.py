@@ -7,7 +7,7 @@ import torch
 from scipy.spatial.transform import Rotation
 
 from gsnb.model import GaussianModel
-from gsnb.render.sh import C0
+from gsnb.raster.sh import C0
 from gsnb.viewer.splats import splat_arrays
 
 

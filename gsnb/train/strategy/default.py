@@ -167,7 +167,7 @@ def _accumulate_kernel(grads: Tensor, radii: Tensor) -> Any:
         return None
     if radii.dtype != torch.int32 or not radii.is_contiguous() or radii.shape != grads.shape:
         return None
-    from gsnb.render import cuda
+    from gsnb.raster import cuda
 
     return cuda.kernel("accumulate_grad2d")
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, MutableMapping
 import torch
 from torch import Tensor, nn
 
-from gsnb.render.projection import covariances_3d, quat_to_rotmat
+from gsnb.raster.projection import covariances_3d, quat_to_rotmat
 
 Params = MutableMapping[str, nn.Parameter]
 MAX_RELOCATION_RATIO = 51

@@ -1,0 +1,381 @@
+"""``gsnb.render``: one entry point, two backends (CUDA and the PyTorch reference)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from gsnb.raster import reference
+from gsnb.raster.projection import Projection, camera_centres, project
+from gsnb.raster.sh import eval_sh
+from gsnb.raster.validate import validate_inputs
+
+Backend = Literal["auto", "cuda", "reference"]
+
+
+@dataclass
+class RenderMeta:
+    """Per-Gaussian by-products of a render.
+
+    Attributes:
+        means2d: ``[C, N, 2]`` screen-space centres. After ``backward()``,
+            ``means2d.grad`` is the screen-space gradient used by densification
+            (when any input required grad).
+        radii: ``[C, N, 2]`` int32 half extents in pixels of each splat's box;
+            0 where the Gaussian is culled in that camera.
+        depths: ``[C, N]`` view-space depth (z) of each centre.
+        absgrad: ``[C, N, 2]`` sum over pixels of ``|d loss / d means2d|``
+            (AbsGS), filled by ``backward()``; ``None`` unless ``render(...,
+            absgrad=True)``.
+        backend: ``"cuda"`` or ``"reference"``, the backend that rendered.
+    """
+
+    means2d: Tensor
+    radii: Tensor
+    depths: Tensor
+    backend: str
+    absgrad: Tensor | None = None
+    _num_visible: int | None = field(default=None, repr=False)
+
+    @property
+    def visible(self) -> Tensor:
+        """``[C, N]`` bool: the Gaussian's box overlaps the image of that camera."""
+        return (self.radii > 0).all(-1)
+
+    @property
+    def num_visible(self) -> int:
+        """Number of Gaussians visible in at least one camera."""
+        if self._num_visible is None:
+            self._num_visible = int(self.visible.any(0).sum().item())
+        return self._num_visible
+
+
+@dataclass
+class RenderResult:
+    """Images rendered by :func:`gsnb.render`.
+
+    Attributes:
+        rgb: ``[C, H, W, 3]`` colour, composited over the background.
+        alpha: ``[C, H, W, 1]`` accumulated opacity, ``1 - final transmittance``.
+        depth: ``[C, H, W, 1]`` expected depth ``sum(w_i z_i) / alpha`` (0 where alpha is 0);
+            ``None`` when rendered with ``with_depth=False``.
+        meta: :class:`RenderMeta`.
+    """
+
+    rgb: Tensor
+    alpha: Tensor
+    depth: Tensor | None
+    meta: RenderMeta
+
+
+def render(
+    means: Tensor,
+    quats: Tensor,
+    scales: Tensor,
+    opacities: Tensor,
+    colors: Tensor,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    *,
+    sh_degree: int | None = None,
+    backgrounds: Tensor | None = None,
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    backend: Backend = "auto",
+    absgrad: bool = False,
+    with_depth: bool = True,
+    check_values: bool = True,
+) -> RenderResult:
+    """Render 3D Gaussians into ``C`` cameras, differentiably.
+
+    Conventions (the same as gsplat): cameras follow OpenCV (+x right, +y down,
+    +z forward); ``viewmats`` map world to camera; pixel centres lie at
+    ``i + 0.5``. Each Gaussian is projected with EWA splatting plus a 0.3 px^2
+    low-pass; its alpha ``opacity * exp(-d^T S^-1 d / 2)`` is clamped to 0.99,
+    ignored below 1/255, and splats are blended front to back by view depth
+    until a pixel's transmittance would fall below 1e-4.
+
+    Args:
+        means: ``[N, 3]`` centres in world space.
+        quats: ``[N, 4]`` rotations as quaternions ``(w, x, y, z)``, any norm.
+        scales: ``[N, 3]`` standard deviations along the rotated axes (linear, >= 0).
+        opacities: ``[N]`` in ``[0, 1]``.
+        colors: RGB ``[N, 3]``, or SH coefficients ``[N, K, 3]`` with ``K`` = 1,
+            4, 9 or 16 (degree 0 to 3, INRIA constants; colour is
+            ``max(SH(dir) + 0.5, 0)`` with ``dir`` from camera centre to Gaussian).
+        viewmats: ``[C, 4, 4]`` world-to-camera matrices.
+        Ks: ``[C, 3, 3]`` pinhole intrinsics in pixels.
+        width, height: image size in pixels (any size).
+        sh_degree: SH degree to evaluate (default: all that ``colors`` holds);
+            lower values use only the first ``(sh_degree + 1) ** 2`` coefficients.
+        backgrounds: ``[3]`` or ``[C, 3]`` colour behind the Gaussians
+            (``rgb + (1 - alpha) * background``); default black.
+        near_plane, far_plane: Gaussians with depth outside ``(near, far)`` are culled.
+        backend: ``"cuda"`` (needs the built extension and CUDA tensors),
+            ``"reference"`` (pure PyTorch, any device) or ``"auto"``: CUDA when
+            the tensors are on a GPU and the extension is built, else reference.
+        absgrad: also accumulate ``meta.absgrad`` (for AbsGS densification).
+        with_depth: also blend depth; ``False`` skips that channel (faster, less
+            memory) and leaves ``depth`` as ``None``.
+        check_values: check for NaN/Inf and out-of-range values (one sync).
+
+    Returns:
+        A :class:`RenderResult` with ``rgb [C, H, W, 3]``, ``alpha [C, H, W, 1]``,
+        ``depth [C, H, W, 1]`` and ``meta`` (``means2d``, ``radii``, ``depths``,
+        ``num_visible``, ``absgrad``).
+
+    Raises:
+        ValueError: an argument has the wrong shape, dtype, device or values;
+            the message names it with its shape and the expected one.
+
+    Example:
+        >>> import torch, gsnb
+        >>> means = torch.tensor([[0.0, 0.0, 2.0]])
+        >>> out = gsnb.render(
+        ...     means, torch.tensor([[1.0, 0, 0, 0]]), torch.full((1, 3), 0.2),
+        ...     torch.tensor([0.9]), torch.tensor([[1.0, 0.5, 0.0]]),
+        ...     torch.eye(4)[None], torch.tensor([[[64.0, 0, 32], [0, 64, 32], [0, 0, 1]]]),
+        ...     64, 64)
+        >>> out.rgb.shape, round(out.alpha[0, 32, 32, 0].item(), 2)
+        (torch.Size([1, 64, 64, 3]), 0.89)
+    """
+    degree = validate_inputs(
+        means, quats, scales, opacities, colors, viewmats, Ks, width, height,
+        sh_degree, backgrounds, near_plane, far_plane, check_values,
+    )  # fmt: skip
+    return _dispatch(
+        _choose_backend(backend, means.device, means.dtype),
+        (means, quats, scales, opacities, colors, None), viewmats, Ks, int(width), int(height),
+        degree, backgrounds, near_plane, far_plane, absgrad, with_depth, stored=False,
+    )  # fmt: skip
+
+
+SPLAT_KEYS = ("means", "quats", "scales", "opacities", "sh0", "shN")
+
+
+def activate_splats(splats: Mapping[str, Tensor] | torch.nn.ParameterDict) -> dict[str, Tensor]:
+    """Render-ready tensors from stored ones: what :func:`render_splats` renders.
+
+    Returns ``means``, ``quats``, ``scales = exp(scales)``, ``opacities =
+    sigmoid(opacities)`` and ``colors = cat([sh0, shN], 1)`` ``[N, K, 3]``.
+
+    Example:
+        >>> import torch
+        >>> a = activate_splats({"means": torch.zeros(2, 3), "quats": torch.ones(2, 4),
+        ...     "scales": torch.zeros(2, 3), "opacities": torch.zeros(2),
+        ...     "sh0": torch.zeros(2, 1, 3), "shN": torch.zeros(2, 3, 3)})
+        >>> a["scales"][0].tolist(), a["opacities"].tolist(), tuple(a["colors"].shape)
+        ([1.0, 1.0, 1.0], [0.5, 0.5], (2, 4, 3))
+    """
+    return {
+        "means": splats["means"],
+        "quats": splats["quats"],
+        "scales": torch.exp(splats["scales"]),
+        "opacities": torch.sigmoid(splats["opacities"]),
+        # An empty shN [N, 0, 3] too: it gets its (empty) gradient.
+        "colors": torch.cat([splats["sh0"], splats["shN"]], dim=1),
+    }
+
+
+def render_splats(
+    splats: Mapping[str, Tensor] | torch.nn.ParameterDict,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    *,
+    sh_degree: int | None = None,
+    backgrounds: Tensor | None = None,
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    backend: Backend = "auto",
+    absgrad: bool = False,
+    with_depth: bool = True,
+    check_values: bool = True,
+) -> RenderResult:
+    """Render Gaussians given as 3DGS stores and trains them, differentiably.
+
+    The image is :func:`render`'s of ``means``, ``quats``, ``exp(scales)``,
+    ``sigmoid(opacities)`` and ``cat([sh0, shN], 1)``. The CUDA backend applies
+    these activations inside its kernels: no activated copies are made and the
+    gradients land directly on the stored tensors (fewer kernel launches per
+    training step). The reference backend activates in PyTorch.
+
+    Args:
+        splats: a dict or ``torch.nn.ParameterDict`` (``GaussianModel.splats``) with
+            ``means [N, 3]``, ``quats [N, 4]``, ``scales [N, 3]`` (log standard deviations),
+            ``opacities [N]`` (logits), ``sh0 [N, 1, 3]`` and ``shN [N, K-1, 3]``
+            (the SH coefficients past the first; K = 1, 4, 9 or 16).
+        viewmats, Ks, width, height, sh_degree, backgrounds, near_plane, far_plane,
+        backend, absgrad, with_depth, check_values: as for :func:`render`.
+
+    Returns:
+        A :class:`RenderResult`, as :func:`render` returns.
+
+    Raises:
+        ValueError: a key is missing, or a tensor has the wrong shape, dtype,
+            device or (with ``check_values``) NaN/Inf values.
+
+    Example:
+        >>> import torch, gsnb
+        >>> splats = {
+        ...     "means": torch.tensor([[0.0, 0.0, 2.0]]), "quats": torch.tensor([[1.0, 0, 0, 0]]),
+        ...     "scales": torch.full((1, 3), -1.6), "opacities": torch.tensor([2.2]),
+        ...     "sh0": torch.zeros(1, 1, 3), "shN": torch.zeros(1, 3, 3)}
+        >>> K = torch.tensor([[[64.0, 0, 32], [0, 64, 32], [0, 0, 1]]])
+        >>> out = gsnb.render_splats(splats, torch.eye(4)[None], K, 64, 64)
+        >>> out.rgb.shape, round(out.alpha[0, 32, 32, 0].item(), 2)
+        (torch.Size([1, 64, 64, 3]), 0.89)
+    """
+    try:  # a dict, a torch.nn.ParameterDict, ...
+        means, quats, scales, opacities, sh0, shn = [splats[k] for k in SPLAT_KEYS]
+    except (KeyError, TypeError, IndexError):
+        have = list(splats.keys()) if hasattr(splats, "keys") else type(splats).__name__
+        raise ValueError(
+            f"splats must map the keys {list(SPLAT_KEYS)} to tensors, got {have}"
+        ) from None
+    degree = validate_inputs(
+        means, quats, scales, opacities, sh0, viewmats, Ks, width, height,
+        sh_degree, backgrounds, near_plane, far_plane, check_values, rest=shn, stored=True,
+    )  # fmt: skip
+    return _dispatch(
+        _choose_backend(backend, means.device, means.dtype),
+        (means, quats, scales, opacities, sh0, shn), viewmats, Ks, int(width), int(height),
+        degree, backgrounds, near_plane, far_plane, absgrad, with_depth, stored=True,
+    )  # fmt: skip
+
+
+def _dispatch(
+    backend: str,
+    gaussians: tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None],
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    degree: int | None,
+    backgrounds: Tensor | None,
+    near_plane: float,
+    far_plane: float,
+    absgrad: bool,
+    with_depth: bool,
+    *,
+    stored: bool,
+) -> RenderResult:
+    """Render validated inputs with ``backend``; ``gaussians`` is ``(means, quats, scales,
+    opacities, colors, rest)``, stored parameters (``colors`` = sh0, ``rest`` = shN) when
+    ``stored``."""
+    means, quats, scales, opacities, colors, rest = gaussians
+    if backend == "cuda":
+        from gsnb.raster import cuda
+
+        # The kernels composite a constant background; one with a gradient is done below.
+        inside = backgrounds is not None and not backgrounds.requires_grad
+        rgb, alpha, depth, proj = cuda.render(
+            means, quats, scales, opacities, colors, viewmats, Ks, width, height,
+            degree, near_plane, far_plane, absgrad, with_depth, backgrounds if inside else None,
+            rest=rest, stored=stored,
+        )  # fmt: skip
+        if inside:
+            backgrounds = None
+    else:
+        if stored:
+            a = activate_splats(dict(zip(SPLAT_KEYS, gaussians, strict=True)))
+            scales, opacities, colors = a["scales"], a["opacities"], a["colors"]
+        rgb, alpha, depth, proj = _render_reference(
+            means, quats, scales, opacities, colors, viewmats, Ks, width, height,
+            degree, near_plane, far_plane, absgrad, with_depth,
+        )  # fmt: skip
+    if backgrounds is not None:
+        bg = backgrounds.expand(viewmats.shape[0], 3)[:, None, None, :]
+        rgb = rgb + (1.0 - alpha) * bg
+    meta = RenderMeta(
+        means2d=proj.means2d,
+        radii=proj.radii,
+        depths=proj.depths,
+        backend=backend,
+        absgrad=getattr(proj.means2d, "absgrad", None),
+    )
+    return RenderResult(rgb=rgb, alpha=alpha, depth=depth, meta=meta)
+
+
+def _render_reference(
+    means: Tensor,
+    quats: Tensor,
+    scales: Tensor,
+    opacities: Tensor,
+    colors: Tensor,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    degree: int | None,
+    near_plane: float,
+    far_plane: float,
+    absgrad: bool,
+    with_depth: bool,
+) -> tuple[Tensor, Tensor, Tensor | None, Projection]:
+    proj = project(
+        means, quats, scales, opacities, viewmats, Ks, width, height, near_plane, far_plane
+    )
+    means2d = proj.means2d
+    if means2d.requires_grad:
+        means2d.retain_grad()
+    if degree is None:
+        rgb = colors[None].expand(viewmats.shape[0], -1, -1)
+    else:
+        dirs = means[None] - camera_centres(viewmats)[:, None, :]
+        rgb = eval_sh(degree, colors[None], dirs)
+    feats = torch.cat([rgb, proj.depths[..., None]], dim=-1) if with_depth else rgb
+    sink = None
+    if absgrad:
+        sink = means2d.new_zeros(means2d.shape)
+        means2d.absgrad = sink  # type: ignore[attr-defined]
+    image, alpha = reference.rasterize(
+        means2d, proj.conics, feats, opacities, proj.depths, proj.radii, width, height, sink
+    )
+    depth = image[..., 3:4] / alpha.clamp_min(1e-10) if with_depth else None
+    return image[..., :3], alpha, depth, proj
+
+
+_warned_fallback = False
+
+
+def _choose_backend(backend: str, device: torch.device, dtype: torch.dtype) -> str:
+    global _warned_fallback
+    if backend == "reference":
+        return "reference"
+    if backend not in ("auto", "cuda"):
+        raise ValueError(f"backend must be 'auto', 'cuda' or 'reference', got {backend!r}")
+    if device.type != "cuda":
+        if backend == "cuda":
+            raise ValueError(
+                f"backend='cuda' needs tensors on a CUDA device, got {device}; "
+                "move them with .cuda() or use backend='reference'"
+            )
+        return "reference"
+    from gsnb.raster import cuda
+
+    if backend == "auto" and dtype != torch.float32:
+        return "reference"  # the CUDA kernels compute in float32
+    if cuda.is_available():
+        return "cuda"
+    if backend == "cuda":
+        raise RuntimeError(
+            "the CUDA rasterizer is not built for this environment; run %gs_build in a "
+            "notebook or `gsnb build` in a terminal (gsnb doctor explains any problem)"
+        )
+    if not _warned_fallback:
+        _warned_fallback = True
+        warnings.warn(
+            "gsnb: CUDA tensors but no built CUDA rasterizer; using the slow reference "
+            "backend. Run %gs_build (or `gsnb build`) to build it.",
+            stacklevel=3,
+        )
+    return "reference"

@@ -1,0 +1,173 @@
+"""Build the CUDA rasterizer for this machine, or say in one sentence why it cannot be built.
+
+:func:`build` discovers the GPU, driver, torch, CUDA toolkit, host compiler and ninja,
+checks the compatibility rules, compiles ``csrc/`` for the GPU's architecture into a
+cache keyed by sources, flags, architecture, torch, CUDA and compiler versions, loads
+the module and smoke-tests it on the GPU. :func:`load_cached` only loads a finished
+build. A cache hit starts no process and, once the smoke test has passed on this GPU,
+does not run it again. ``%gs_build`` / ``%gs_doctor`` and ``gsnb build`` / ``gsnb
+doctor`` drive them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+import warnings
+from pathlib import Path
+
+from gsnb.toolchain.builder import PREFIX, build_extension, flags_payload
+from gsnb.toolchain.cache import (
+    compatible_builds,
+    default_cache_dir,
+    default_sources_dir,
+    fingerprint,
+)
+from gsnb.toolchain.catalogue import CATALOGUE, Diagnosis, recognise
+from gsnb.toolchain.environment import Environment, discover
+from gsnb.toolchain.result import BuildError, BuildResult
+
+__all__ = [
+    "CATALOGUE",
+    "BuildError",
+    "BuildResult",
+    "Diagnosis",
+    "Environment",
+    "build",
+    "discover",
+    "load_cached",
+    "recognise",
+]
+
+
+def _register(module: types.ModuleType | None) -> None:
+    """Hand ``module`` to the CUDA backend."""
+    from gsnb.raster import cuda
+
+    cuda.set_extension(module)  # re-entrant: also safe from inside cuda.get_extension()
+
+
+def build(
+    arch: str | list[str] | None = None,
+    *,
+    force: bool = False,
+    clean: bool = False,
+    verify: bool = False,
+    verbose: bool = False,
+    jobs: int | None = None,
+    progress: bool = True,
+    cache_dir: str | Path | None = None,
+    sources_dir: str | Path | None = None,
+) -> BuildResult:
+    """Build (or reuse) the CUDA rasterizer, load it, and smoke-test it on the GPU.
+
+    A passed smoke test is recorded in the build's manifest for this GPU, driver and
+    torch; a later cache hit in the same situation does not run it again (its first
+    CUDA use costs seconds) unless ``verify`` asks for it.
+
+    Args:
+        arch: target compute capabilities, e.g. ``"9.0"``, ``"8.0,9.0"`` or
+            ``"8.6+PTX"``; default: those of the GPUs this process sees.
+        force: rebuild even when a cached build matches.
+        clean: remove every cached build first, then build.
+        verify: run the smoke test even when it passed before on this GPU.
+        verbose: echo the compiler's output while it runs.
+        jobs: parallel compile jobs (default: CPUs, capped by free memory; ``MAX_JOBS``).
+        progress: show a progress bar (step count, elapsed time).
+        cache_dir: cache root (default ``$GSNB_CACHE_DIR`` or ``~/.cache/gsnb/extensions``).
+        sources_dir: sources to build (default: gsnb's ``csrc``).
+
+    Returns:
+        A :class:`BuildResult`: the module, its cache folder and log, whether it was
+        a cache hit, the smoke test's result (skipped without a GPU; read from the
+        record when it passed before) and the seconds of each phase.
+
+    Raises:
+        BuildError: names the cause and the fix (``str(err)``); ``err.log`` is the
+            full compiler log.
+
+    Example:
+        >>> import gsnb
+        >>> result = gsnb.build(arch="9.0", progress=False)  # doctest: +SKIP
+        >>> result.cached, result.smoke.status  # doctest: +SKIP
+        (True, 'passed')
+    """
+    start = time.perf_counter()
+    result = build_extension(
+        Path(sources_dir) if sources_dir is not None else default_sources_dir(),
+        cache_dir=Path(cache_dir) if cache_dir is not None else None,
+        arch=arch,
+        prefix=PREFIX,
+        force=force,
+        clean=clean,
+        verbose=verbose,
+        jobs=jobs,
+        progress=progress,
+    )
+    _register(result.module)
+    from gsnb.toolchain.smoke_records import gpu_identity, smoke_checked
+
+    smoke_start = time.perf_counter()
+    result.smoke, result.manifest = smoke_checked(
+        result.folder, result.manifest, result.archs, gpu_identity(), verify=verify
+    )
+    result.timings["smoke"] = time.perf_counter() - smoke_start
+    result.seconds = time.perf_counter() - start
+    if not result.smoke.ok:
+        _register(None)
+        diagnoses = [result.smoke.diagnosis] if result.smoke.diagnosis else []
+        error = BuildError(
+            f"the module was built but failed its smoke test ({result.smoke.message})", diagnoses
+        )
+        error.log = result.log
+        raise error
+    return result
+
+
+_warned = False
+
+
+def load_cached() -> types.ModuleType | None:
+    """The module of a finished cached build for this environment, or None; never compiles.
+
+    It matches the current sources, flags, torch, CUDA and the architecture of every
+    visible GPU. Without a GPU, or without such a build, it returns None; a build
+    that is found but cannot be imported gives a warning (run ``gsnb doctor``) and None.
+
+    Example:
+        >>> import gsnb.toolchain, torch
+        >>> gsnb.toolchain.load_cached() is None or torch.cuda.is_available()
+        True
+    """
+    global _warned
+    try:
+        import torch
+
+        from gsnb.toolchain.flags import BuildFlags
+        from gsnb.toolchain.gpus import torch_gpus
+        from gsnb.toolchain.loader import dll_directories, load_module
+
+        gpus = torch_gpus()
+        if not gpus:
+            return None
+        flags = BuildFlags.for_archs([], msvc=sys.platform == "win32")
+        fp = fingerprint(
+            default_sources_dir(), flags_payload(flags), torch.__version__, torch.version.cuda
+        )
+        builds = compatible_builds(default_cache_dir(), PREFIX, fp, [g.capability for g in gpus])
+        if not builds:
+            return None
+        dlls = dll_directories(builds[0].manifest.get("toolkit"))
+        module = load_module(builds[0].name, builds[0].library, dlls)
+    except Exception as err:  # a broken cache must never break rendering
+        if not _warned:
+            _warned = True
+            found = recognise(str(err))
+            why = str(found[0]) if found else f"{type(err).__name__}: {err}"
+            warnings.warn(
+                f"gsnb: the cached CUDA rasterizer could not be loaded: {why}", stacklevel=2
+            )
+        return None
+    _register(module)
+    return module

@@ -20,8 +20,11 @@ class Entry:
     Attributes:
         id: short stable name, e.g. ``"no-kernel-image"``.
         title: a few words for tables.
-        cause: sentence template; ``{name}`` fields come from the context or
-            from named groups of the matching pattern.
+        cause: sentence template; ``{name}`` fields come from the context, from
+            named groups of the matching pattern, or from ``defaults``. A part in
+            square brackets (``"nvcc[ {nvcc}]"``) is left out when a field in it
+            has no value, so a sentence never shows a placeholder; ``[a|b]`` gives
+            ``b`` instead.
         fix: sentence template, same fields.
         patterns: regular expressions recognising it in compiler/loader output.
         defaults: values of template fields that the context may lack.
@@ -98,24 +101,23 @@ _ENTRIES: list[Entry] = [
         "no-toolkit",
         "no CUDA toolkit",
         "no CUDA toolkit (nvcc with cuda_runtime.h and libcudart) was found",
-        "install nvcc {torch_major}.x to match torch's CUDA {torch_cuda}: conda install -c "
-        "conda-forge cuda-nvcc={torch_cuda} cuda-cudart-dev={torch_cuda} (or NVIDIA's "
+        "install the CUDA toolkit of torch's CUDA version[ ({torch_cuda})]: conda install -c "
+        "conda-forge cuda-nvcc[={torch_cuda}] cuda-cudart-dev[={torch_cuda}] (or NVIDIA's "
         "installer); if one is installed, set CUDA_HOME to its folder",
         (
             r"CUDA_HOME environment variable is not set",
             r"nvcc: (?:command )?not found",
             r"nvcc not found at",
         ),
-        {"torch_major": "of torch's major", "torch_cuda": "version"},
     ),
     Entry(
         "cuda-home-invalid",
         "CUDA_HOME points elsewhere",
-        "{var}={value} is not a CUDA toolkit: {problem}",
+        "{var}[={value}] is not a CUDA toolkit: {problem}",
         "unset {var} (gsnb finds the toolkit itself) or point it to a folder holding "
         "bin/nvcc, include/cuda_runtime.h and lib64/libcudart.so",
         (),
-        {"var": "CUDA_HOME", "value": "?", "problem": "it lacks nvcc or the CUDA runtime"},
+        {"var": "CUDA_HOME", "problem": "it lacks nvcc or the CUDA runtime"},
     ),
     Entry(
         "toolkit-root-wrong",
@@ -163,20 +165,21 @@ _ENTRIES: list[Entry] = [
         "Windows could not load a DLL the module needs{detail}: usually another CUDA "
         "version's cudart64_*.dll earlier on PATH, or a CUDA bin folder Python does not search",
         "gsnb calls os.add_dll_directory() for torch's lib folder and the toolkit's bin folder "
-        'before loading; in your own code call os.add_dll_directory(r"{bin}") before the '
-        "import and remove other CUDA versions' folders from PATH",
+        "before loading; in your own code call os.add_dll_directory() with [the folder {bin}|"
+        "the toolkit's bin folder] before the import and remove other CUDA versions' folders "
+        "from PATH",
         (r"DLL load failed while importing", r"\[WinError 126\]"),
-        {"detail": "", "bin": "<CUDA root>\\bin"},
+        {"detail": ""},
     ),
     Entry(
         "env-not-seen",
         "variable not seen",
-        "{var} is set to {stored} for new shells but this process sees {seen}: it was set "
-        "after Jupyter started, or only in another shell",
+        "[{var} is set to {stored} for new shells but this process sees {seen}|a variable is "
+        "set differently for new shells than in this process]: it was set after Jupyter "
+        "started, or only in another shell",
         "restart Jupyter (or the terminal) so it inherits the variable, or set it for this "
-        "kernel with %env {var}={stored}",
+        "kernel with the %env magic[: %env {var}={stored}]",
         (),
-        {"var": "the variable", "stored": "a value", "seen": "another"},
     ),
     Entry(
         "shm-small",
@@ -194,20 +197,19 @@ _ENTRIES: list[Entry] = [
     Entry(
         "cuda-major-mismatch",
         "nvcc and torch differ",
-        "nvcc {nvcc} and torch's CUDA {torch_cuda} have different major versions",
-        "install a CUDA {torch_major}.x toolkit (conda install -c conda-forge "
-        "cuda-nvcc={torch_cuda} cuda-cudart-dev={torch_cuda}) or a torch built for CUDA "
-        "{nvcc_major}",
+        "nvcc[ {nvcc}] and torch's CUDA[ {torch_cuda}] have different major versions",
+        "install a CUDA toolkit of torch's major[ ({torch_major}.x: conda install -c "
+        "conda-forge cuda-nvcc={torch_cuda} cuda-cudart-dev={torch_cuda})] or a torch built "
+        "for nvcc's CUDA major[ ({nvcc_major})]",
         (
             r"The detected CUDA version \((?P<nvcc>[\d.]+)\) mismatches the version that was "
             r"used to compile\s+PyTorch \((?P<torch_cuda>[\d.]+)\)",
         ),
-        {"torch_major": "of torch's major", "nvcc_major": "of nvcc's major"},
     ),
     Entry(
         "arch-unsupported",
         "architecture unsupported",
-        "nvcc {nvcc} cannot compile for sm_{sm}{why}",
+        "nvcc {nvcc} cannot compile for [sm_{sm}|this GPU's architecture]{why}",
         "{remedy}",
         (
             r"Unsupported gpu architecture '(?:compute|sm)_(?P<sm>\d+)[af]?'",
@@ -340,28 +342,25 @@ _ENTRIES: list[Entry] = [
     Entry(
         "undefined-symbol",
         "undefined symbol on import",
-        "the module does not match the libraries of this process (undefined symbol "
-        "{symbol}): a stale build, or one made for another torch",
+        "the module does not match the libraries of this process (an undefined symbol"
+        "[: {symbol}]): a stale build, or one made for another torch",
         "rebuild from scratch with %gs_build --clean (gsnb build --clean), then restart the kernel",
         (r"undefined symbol: (?P<symbol>\S+)",),
-        {"symbol": "?"},
     ),
     Entry(
         "library-missing",
         "shared library missing",
-        "a shared library the module needs was not found ({library})",
+        "a shared library the module needs was not found[ ({library})]",
         "import torch before the module (gsnb does) and check torch's CUDA libraries: "
         "pip install --force-reinstall torch",
         (r"(?P<library>lib[\w.+-]+\.so[\w.]*): cannot open shared object file",),
-        {"library": "?"},
     ),
     Entry(
         "stale-lock",
         "stale lock recovered",
-        "a lock left by an interrupted build (pid {pid}) was found",
+        "a lock left by an interrupted build[ (pid {pid})] was found",
         "nothing to do: gsnb removed it and went on",
         (),
-        {"pid": "?"},
     ),
     Entry(
         "half-built",
@@ -383,7 +382,7 @@ _ENTRIES: list[Entry] = [
     Entry(
         "compile-error",
         "compile error",
-        "the compiler stopped with an error: {line}",
+        "the compiler stopped with an error[: {line}]",
         "see the full log at {log}; if the error is in gsnb's own sources, please report it "
         "with that log",
         (r"(?P<line>[^\n]*?(?:\berror\b|\bfatal\b)\s*:[^\n]*)",),
@@ -395,9 +394,41 @@ CATALOGUE: dict[str, Entry] = {entry.id: entry for entry in _ENTRIES}
 """Every known failure by id, in the order they are tried on compiler output."""
 
 
-class _Context(dict):
-    def __missing__(self, key: str) -> str:
-        return "?"
+_FIELD = re.compile(r"{(\w+)}")
+_OPTIONAL = re.compile(r"\[([^\[\]|]*)(?:\|([^\[\]]*))?\]")
+
+
+def render(template: str, values: Mapping[str, str]) -> str:
+    """``template`` filled from ``values``; ``[...]`` parts whose fields lack a value are left out.
+
+    A part ``[a|b]`` gives ``a`` when all its fields have values, else ``b``; a field
+    outside brackets without a value is rendered empty (never a placeholder).
+
+    Example:
+        >>> render("nvcc[ {nvcc}] is too old for [sm_{sm}|this GPU]", {"nvcc": "12.4"})
+        'nvcc 12.4 is too old for this GPU'
+    """
+
+    def part(match: re.Match[str]) -> str:
+        present, absent = match.group(1), match.group(2) or ""
+        names = _FIELD.findall(present)
+        return present.format_map(values) if all(n in values for n in names) else absent
+
+    text = _OPTIONAL.sub(part, template)
+    return _FIELD.sub(lambda m: values.get(m.group(1), ""), text)
+
+
+def _derived(values: dict[str, str]) -> None:
+    """Values that follow from others: torch's own CUDA version, majors of versions."""
+    if "torch_cuda" not in values:
+        import torch
+
+        if torch.version.cuda:
+            values["torch_cuda"] = str(torch.version.cuda)
+    # Majors follow from versions the message names ("13.0" -> "13").
+    for version, major in (("torch_cuda", "torch_major"), ("nvcc", "nvcc_major")):
+        if major not in values and re.match(r"\d+", values.get(version, "")):
+            values[major] = values[version].split(".")[0]
 
 
 def diagnose(entry_id: str, evidence: str = "", **context: object) -> Diagnosis:
@@ -408,9 +439,9 @@ def diagnose(entry_id: str, evidence: str = "", **context: object) -> Diagnosis:
         the disk ran out of space in /tmp
     """
     entry = CATALOGUE[entry_id]
-    values = _Context(entry.defaults)
-    values.update({k: str(v) for k, v in context.items() if v is not None})
-    return Diagnosis(entry, entry.cause.format_map(values), entry.fix.format_map(values), evidence)
+    values = {**entry.defaults, **{k: str(v) for k, v in context.items() if v is not None}}
+    _derived(values)
+    return Diagnosis(entry, render(entry.cause, values), render(entry.fix, values), evidence)
 
 
 def recognise(text: str, **context: object) -> list[Diagnosis]:
@@ -432,10 +463,6 @@ def recognise(text: str, **context: object) -> list[Diagnosis]:
             if match is None:
                 continue
             groups = {k: v.strip() for k, v in match.groupdict().items() if v}
-            # Majors follow from versions the message names ("13.0" -> "13").
-            for version, major in (("torch_cuda", "torch_major"), ("nvcc", "nvcc_major")):
-                if version in groups and major not in context:
-                    groups[major] = groups[version].split(".")[0]
             line = _line_of(text, match.start())
             found.append(diagnose(entry.id, line, **{**context, **groups}))
             break

@@ -60,17 +60,25 @@ def _positive(text: str) -> int:
 
 def doctor_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gsnb doctor``."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        "exit codes: 0 ready to build; 1 a problem stops the build (each FAIL line names its "
+        "fix);\n2 bad arguments; 3 no GPU on this machine: nothing to build, gsnb runs on the CPU"
+    )
     add_target_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
 
 
 def doctor(args: argparse.Namespace) -> int:
-    """Print what was found with a verdict per line; exit 1 when something stops a build.
+    """Print what was found with a verdict per line; the exit code says what follows.
+
+    0: ready to build; 1: a problem stops the build; 2: bad arguments; 3: no GPU here,
+    nothing to build (gsnb runs on the CPU with its reference renderer).
 
     Example:
         >>> import argparse
         >>> args = argparse.Namespace(arch="9.0", cache_dir=None, json=False)
-        >>> doctor(args) in (0, 1)  # doctest: +ELLIPSIS
+        >>> doctor(args) in (0, 1, 3)  # doctest: +ELLIPSIS
         info  platform ...
         True
     """
@@ -83,10 +91,10 @@ def doctor(args: argparse.Namespace) -> int:
         print(f"gsnb doctor: {err}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report.environment.to_json(), indent=2))
+        print(json.dumps({**report.environment.to_json(), "summary": report.summary}, indent=2))
     else:
         print(report)
-    return 0 if report.ready else 1
+    return report.exit_code
 
 
 def build_arguments(parser: argparse.ArgumentParser) -> None:

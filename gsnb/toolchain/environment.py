@@ -102,12 +102,9 @@ class Environment:
                 "info",
             ),
             rules.check_torch(self.torch_version, self.torch_cuda),
-            rules.check_gpus(
-                [f"{g.name} (sm_{g.capability[0]}{g.capability[1]})" for g in self.gpus],
-                [f"{g.name} (sm_{g.capability[0]}{g.capability[1]})" for g in self.smi_gpus],
-                host.env.get("CUDA_VISIBLE_DEVICES"),
-                self.archs_given,
-            ),
+            self._gpu_check()
+            if not self.cpu_only
+            else Check("GPU", "none", "info", "neither torch nor nvidia-smi sees an NVIDIA GPU"),
             rules.check_driver(
                 self.driver, self.torch_cuda, host.windows, bool(self.gpus), host.wsl()
             ),
@@ -115,13 +112,18 @@ class Environment:
         ]
         if toolkit is not None:
             items.append(rules.check_nvcc(self.nvcc, self.torch_cuda, nvcc_path))
-        items.append(
-            rules.check_archs(
-                [(a.major, a.minor) for a in self.archs],
-                self.nvcc,
-                [g.capability for g in self.gpus],
+        if self.archs or self.gpus:
+            items.append(
+                rules.check_archs(
+                    [(a.major, a.minor) for a in self.archs],
+                    self.nvcc,
+                    [g.capability for g in self.gpus],
+                )
             )
-        )
+        else:  # the GPU line already names this cause; one failure, not two
+            items.append(
+                Check("architectures", "none", "info", "none to build for without a GPU or --arch")
+            )
         compiler = self.nvcc_compiler
         items.append(
             rules.check_host_compiler(
@@ -193,16 +195,37 @@ class Environment:
         compilers = HostCompilers(self.nvcc_compiler, self.alternative, self.host_config_limits)
         return Toolchain.of(self.nvcc, compilers, self.cxx, self.choice.toolkit)
 
+    def _gpu_check(self) -> Check:
+        return rules.check_gpus(
+            [f"{g.name} (sm_{g.capability[0]}{g.capability[1]})" for g in self.gpus],
+            [f"{g.name} (sm_{g.capability[0]}{g.capability[1]})" for g in self.smi_gpus],
+            self.host.env.get("CUDA_VISIBLE_DEVICES"),
+            self.archs_given,
+        )
+
+    @property
+    def cpu_only(self) -> bool:
+        """No NVIDIA GPU here at all (torch and nvidia-smi see none, none hidden by
+        ``CUDA_VISIBLE_DEVICES``) and no ``--arch``.
+
+        gsnb then renders and trains on the CPU with the PyTorch reference renderer;
+        there is nothing to build.
+        """
+        hidden = self.host.env.get("CUDA_VISIBLE_DEVICES") is not None
+        return not self.gpus and not self.smi_gpus and not hidden and not self.archs_given
+
     def failures(self) -> list[Check]:
-        """The checks that stop a build."""
-        return [c for c in self.checks() if c.status == "fail"]
+        """The checks that stop a build (without a GPU: the GPU check, naming the fix)."""
+        failed = [c for c in self.checks() if c.status == "fail"]
+        return [self._gpu_check(), *failed] if self.cpu_only else failed
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary: verdict, checks, the chosen toolkit and why."""
         toolkit = self.choice.toolkit
         checks = self.checks()
         return {
-            "ready": not any(c.status == "fail" for c in checks),
+            "ready": not self.failures(),
+            "cpu_only": self.cpu_only,
             "checks": [
                 {
                     "name": c.name,

@@ -29,8 +29,20 @@ def verdict(checks: list[Check]) -> str:
     return f"cannot build: {len(failures)} problem{'s' * (len(failures) != 1)} ({names})"
 
 
-def text_table(checks: list[Check]) -> str:
+CPU_ONLY = (
+    "no GPU here: gsnb works on the CPU with its PyTorch reference renderer (rendering, "
+    "training, export and the notebooks, only slower); the CUDA rasterizer needs an NVIDIA "
+    "GPU (or --arch to compile one without it)"
+)
+
+# ``gsnb doctor``'s exit codes, for scripts.
+EXIT_READY, EXIT_PROBLEM, EXIT_USAGE, EXIT_CPU_ONLY = 0, 1, 2, 3
+
+
+def text_table(checks: list[Check], summary: str | None = None) -> str:
     """A plain-text table, a cause-and-fix line under each warning or failure.
+
+    The last line is ``summary`` when given, else the build verdict.
 
     Example:
         >>> print(text_table([Check("ninja", "1.11.1 (/usr/bin/ninja)", "ok")]))
@@ -44,11 +56,11 @@ def text_table(checks: list[Check]) -> str:
         lines.append(f"{_MARK[c.status]:<5} {c.name:<{width}}  {c.value}{note}")
         if c.diagnosis is not None and c.status in ("warn", "fail"):
             lines.append(f"{'':<5} {'':<{width}}  -> {c.diagnosis}")
-    lines.append(verdict(checks))
+    lines.append(summary or verdict(checks))
     return "\n".join(lines)
 
 
-def html_table(checks: list[Check]) -> str:
+def html_table(checks: list[Check], summary: str | None = None) -> str:
     """An HTML table for notebooks, the cause and fix in each problem's row."""
     rows = []
     for c in checks:
@@ -62,7 +74,8 @@ def html_table(checks: list[Check]) -> str:
             f'<td style="text-align:left">{detail}</td></tr>'
         )
     head = "<tr><th></th><th>item</th><th>found</th><th>verdict</th></tr>"
-    return f"<table>{head}{''.join(rows)}</table><p><b>{html.escape(verdict(checks))}</b></p>"
+    last = html.escape(summary or verdict(checks))
+    return f"<table>{head}{''.join(rows)}</table><p><b>{last}</b></p>"
 
 
 @dataclass
@@ -86,13 +99,25 @@ class DoctorReport:
     @property
     def ready(self) -> bool:
         """True when nothing stops a build."""
-        return not any(c.status == "fail" for c in self.checks)
+        return not self.environment.failures()
+
+    @property
+    def summary(self) -> str:
+        """The last line: ready to build, the problems, or what works without a GPU."""
+        return CPU_ONLY if self.environment.cpu_only else verdict(self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        """0 ready to build, 1 a problem stops the build, 3 no GPU (gsnb runs on the CPU)."""
+        if self.ready:
+            return EXIT_READY
+        return EXIT_CPU_ONLY if self.environment.cpu_only else EXIT_PROBLEM
 
     def __str__(self) -> str:
-        return text_table(self.checks)
+        return text_table(self.checks, self.summary)
 
     def _repr_pretty_(self, printer: object, cycle: bool) -> None:
         printer.text(str(self))  # type: ignore[attr-defined]
 
     def _repr_html_(self) -> str:
-        return html_table(self.checks)
+        return html_table(self.checks, self.summary)

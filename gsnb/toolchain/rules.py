@@ -224,7 +224,7 @@ def check_nvcc(nvcc: tuple[int, ...] | None, torch_cuda: str | None, path: str) 
             path or "not found",
             "fail",
             "could not run nvcc --version",
-            diagnose("no-toolkit"),
+            diagnose("no-toolkit", torch_cuda=torch_cuda),
         )
     text = ".".join(map(str, nvcc))
     torch_major = version_tuple(torch_cuda)[:1]
@@ -522,7 +522,7 @@ def check_dll_path(
             found = version_tuple(dll.stem.removeprefix("cudart64_"))[:1]
             if major and found and found != major:
                 detail = f" ({dll} comes first on PATH)"
-                diagnosis = diagnose("dll-load-failed", detail=detail, bin=toolkit_bin or "?")
+                diagnosis = diagnose("dll-load-failed", detail=detail, bin=toolkit_bin or None)
                 note = "another CUDA's runtime first on PATH"
                 return Check("DLL search", str(dll), "warn", note, diagnosis)
     return Check("DLL search", "no other CUDA runtime ahead on PATH", "ok")

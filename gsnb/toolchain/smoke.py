@@ -94,7 +94,7 @@ def smoke_test(built_for: str = "") -> SmokeResult:
         ref_out = gsnb.render(**scene, backend="reference")  # type: ignore[arg-type]
     except Exception as err:  # any failure of the new module is the finding
         gpu = torch.cuda.get_device_capability()
-        found = recognise(str(err), gpu_sm=f" (sm_{gpu[0]}{gpu[1]})", built=built_for or "?")
+        found = recognise(str(err), gpu_sm=f" (sm_{gpu[0]}{gpu[1]})", built=built_for or None)
         diagnosis = found[0] if found else None
         message = str(diagnosis) if diagnosis else f"smoke test failed: {type(err).__name__}: {err}"
         return SmokeResult("failed", message, None, diagnosis)

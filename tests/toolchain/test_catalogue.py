@@ -7,6 +7,7 @@ architecture); the others are recorded messages of the real tools.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gsnb.toolchain.catalogue import CATALOGUE, diagnose, recognise
+from gsnb.toolchain.catalogue import CATALOGUE, diagnose, recognise, render
 from gsnb.toolchain.loader import load_module
 
 RECORDED = {
@@ -188,3 +189,40 @@ def test_real_nvcc_refusing_an_architecture(tmp_path):
     assert out.returncode != 0
     (found,) = recognise(out.stdout + out.stderr, nvcc="13.0")
     assert found.entry.id == "arch-unsupported" and "sm_50" in found.cause
+
+
+# Text a user must never see: an unfilled field, a template bracket, or a stand-in
+# where a version belongs ("cuda-nvcc=version", "nvcc of torch's major.x").
+PLACEHOLDER = re.compile(r"\?|[{}\[\]]|=version\b|major\.x|<[A-Za-z ]+>")
+
+
+@pytest.mark.parametrize("entry_id", sorted(CATALOGUE))
+def test_every_entry_reads_as_a_sentence_without_context(entry_id: str) -> None:
+    diagnosis = diagnose(entry_id)
+    for text in (diagnosis.cause, diagnosis.fix):
+        assert text and not PLACEHOLDER.search(text), f"{entry_id}: {text!r}"
+
+
+@pytest.mark.parametrize("entry_id", sorted(CATALOGUE))
+def test_fields_outside_optional_parts_have_defaults(entry_id: str) -> None:
+    entry = CATALOGUE[entry_id]
+    for template in (entry.cause, entry.fix):
+        bare = re.sub(r"\[[^\[\]]*\]", "", template)
+        for name in re.findall(r"{(\w+)}", bare):
+            assert name in entry.defaults, f"{entry_id}: {{{name}}} has no default"
+
+
+def test_versions_fill_the_fix_when_known() -> None:
+    text = (
+        "The detected CUDA version (12.6) mismatches the version that was used to compile\n"
+        "PyTorch (13.0). Please make sure to use the same CUDA versions."
+    )
+    (found,) = recognise(text)
+    assert found.cause == "nvcc 12.6 and torch's CUDA 13.0 have different major versions"
+    assert "cuda-nvcc=13.0" in found.fix and "(12)" in found.fix
+    assert not PLACEHOLDER.search(found.fix)
+
+
+def test_optional_parts_and_alternatives() -> None:
+    assert render("a[ {x}] b[ {y}|c]", {"x": "1"}) == "a 1 bc"
+    assert render("[{x}|none]", {}) == "none"

@@ -150,10 +150,11 @@ def main() -> None:
     if "headless" not in conditions or not set(conditions) <= set(CONDITIONS):
         parser.error(f"--conditions: headless plus any of {', '.join(CONDITIONS)}")
 
+    from gsnb.data.dataset import scaled_view
     from gsnb.notebook.panel import TrainingPanel
     from gsnb.train import TrainConfig, Trainer
     from gsnb.viewer import Viewer
-    from gsnb.viewer.cameras import pose_of_view, scaled_view, vertical_fov, view_from_pose
+    from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
 
     info = environment()
     info["packages"] = {name: _version(name) for name in PACKAGES}

@@ -20,9 +20,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import environment, write_json
 
+from gsnb.cameras import intrinsics, look_at
 from gsnb.memory import estimate_peak_memory
 from gsnb.model import GaussianModel
-from gsnb.raster.scenes import intrinsics, look_at, random_gaussians
+from gsnb.raster.scenes import random_gaussians
 from gsnb.train.losses import photometric_loss
 
 SIZES = {"0.3MP": (640, 480), "2MP": (1920, 1080), "8MP": (3840, 2160)}
@@ -48,7 +49,7 @@ def measure(n: int, width: int, height: int) -> tuple[int, float]:
         [{"params": [p], "lr": 1e-3} for p in model.splats.values()], eps=1e-15
     )
     view = look_at(torch.tensor([0.0, -0.8, -3.2]), torch.zeros(3))[None].cuda()
-    K = intrinsics(width, height, 60.0)[None].cuda()
+    K = intrinsics(width, height, 60.0, axis="x")[None].cuda()
     target = torch.rand(1, height, width, 3, device="cuda")
     tiles = 0.0
     for _ in range(2):  # the second step has Adam's state allocated

@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import FOX, cuda_time_ms, environment, peak_extra_mib, psnr, write_json
 
 import gsnb
-from gsnb.raster.scenes import intrinsics, look_at, random_gaussians
+from gsnb.cameras import intrinsics, look_at
+from gsnb.raster.scenes import random_gaussians
 
 
 def random_scene(n: int) -> dict:
@@ -30,7 +31,7 @@ def random_scene(n: int) -> dict:
     g["opacities"] = g["opacities"].clamp(0.05, 0.95)
     eye = torch.tensor([0.0, -0.8, -3.2])
     viewmats = look_at(eye, torch.zeros(3))[None].cuda()
-    Ks = intrinsics(1920, 1080, 60.0)[None].cuda()
+    Ks = intrinsics(1920, 1080, 60.0, axis="x")[None].cuda()
     return {"gaussians": g, "viewmats": viewmats, "Ks": Ks, "width": 1920, "height": 1080}
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 import gsnb
+from gsnb.cameras import intrinsics
 from gsnb.utils.atomic import atomic_write
 
 VARIANTS: dict[str, dict[str, str]] = {
@@ -80,8 +81,7 @@ def source_identity() -> dict[str, str | None]:
 def random_scene(n: int, size: int, sh_degree: int, seed: int = 0) -> dict[str, Any]:
     """``n`` Gaussians in the cube [-1, 1]^3, seen from 3 units away with a 60 degree FOV."""
     gen = torch.Generator().manual_seed(seed)
-    focal = 0.5 * size / math.tan(math.radians(30.0))
-    K = torch.tensor([[focal, 0.0, size / 2], [0.0, focal, size / 2], [0.0, 0.0, 1.0]])
+    K = intrinsics(size, size, 60.0, axis="x")
     viewmat = torch.eye(4)
     viewmat[2, 3] = 3.0
     log_scales = torch.empty(n, 3).uniform_(math.log(0.005), math.log(0.05), generator=gen)

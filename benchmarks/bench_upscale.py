@@ -175,8 +175,8 @@ def camera_path(
 
 def run(args: argparse.Namespace) -> dict:
     from gsnb import __version__
+    from gsnb.cameras import scale_intrinsics
     from gsnb.export.upscale import lanczos_resize
-    from gsnb.export.video import scale_intrinsics
 
     device = torch.device(args.device)
     torch.manual_seed(0)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gsnb.cameras import camera_centres, scale_intrinsics
 from gsnb.data.camera import Camera, SceneFiles
 from gsnb.data.images import ImagePipeline
 
@@ -53,8 +54,30 @@ class View:
     @property
     def camera_center(self) -> torch.Tensor:
         """``[3]`` camera position in world space: ``-R^T t``."""
-        rot, t = self.viewmat[:3, :3], self.viewmat[:3, 3]
-        return -(rot.T @ t)
+        return camera_centres(self.viewmat)
+
+
+def scaled_view(view: View, width: int) -> View:
+    """``view`` resized to ``width`` pixels wide (height and intrinsics scaled alike).
+
+    Example:
+        >>> from pathlib import Path
+        >>> K = torch.tensor([[100.0, 0, 100], [0, 100, 50], [0, 0, 1]])
+        >>> s = scaled_view(View("a", Path("a"), 200, 100, K, torch.eye(4)), 50)
+        >>> s.width, s.height, float(s.K[0, 2])
+        (50, 25, 25.0)
+    """
+    width = int(width)
+    if width < 1:
+        raise ValueError(f"width must be positive, got {width}")
+    if width == view.width:
+        return view
+    scale = width / view.width
+    height = max(1, round(view.height * scale))
+    K = scale_intrinsics(
+        torch.as_tensor(view.K, dtype=torch.float32), (view.width, view.height), (width, height)
+    )
+    return View(view.name, view.image_path, width, height, K, view.viewmat)
 
 
 @dataclass
@@ -187,7 +210,7 @@ def build_dataset(
     test_ids = _test_ids([v.name for v in views], test_every, files.test_names)
     held_out = set(test_ids)
     train_ids = [i for i in range(len(views)) if i not in held_out]
-    centers = np.stack([_center(im.viewmat) for im in images])
+    centers = np.stack([camera_centres(im.viewmat) for im in images])
     fit = centers[train_ids] if train_ids else centers
     center = fit.mean(axis=0)
     radius = float(np.linalg.norm(fit - center, axis=1).max()) * 1.1
@@ -238,10 +261,6 @@ def _test_ids(names: list[str], test_every: int, test_names: set[str] | None) ->
     if test_names is not None:
         return [i for i, n in enumerate(names) if n in test_names]
     return [i for i in range(len(names)) if i % test_every == 0]
-
-
-def _center(viewmat: np.ndarray) -> np.ndarray:
-    return -viewmat[:3, :3].T @ viewmat[:3, 3]
 
 
 def _default_cache_dir(folder: Path) -> Path:

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 
+from gsnb.cameras import intrinsics, look_at, rigid_inverse
 from gsnb.data.points import write_ply_points
 from gsnb.data.transforms import GL_TO_CV
 from gsnb.utils.atomic import atomic_write
@@ -210,25 +212,16 @@ class SyntheticScene:
 
 def ring_cameras(num_views: int, radius: float = 4.5, height: float = 2.2) -> np.ndarray:
     """``[num_views, 4, 4]`` camera-to-world (OpenCV axes) on a ring around the origin, alternating
-    between two heights, all looking at a point just above the floor's centre.
+    between two heights, all looking at a point just above the floor's centre (world up is +z).
 
     Example:
         >>> ring_cameras(4).shape
         (4, 4, 4)
     """
-    target = np.array([0.0, 0.0, 0.4])
-    c2w = np.zeros((num_views, 4, 4))
-    for i in range(num_views):
-        angle = 2 * np.pi * i / num_views
-        z = height * (1.0 if i % 2 == 0 else 0.55)
-        eye = np.array([radius * np.cos(angle), radius * np.sin(angle), z])
-        forward = (target - eye) / np.linalg.norm(target - eye)
-        right = np.cross(forward, [0.0, 0.0, 1.0])
-        right /= np.linalg.norm(right)
-        down = np.cross(forward, right)
-        c2w[i, :3, :3] = np.stack([right, down, forward], axis=1)
-        c2w[i, :3, 3], c2w[i, 3, 3] = eye, 1.0
-    return c2w
+    angles = 2 * np.pi * np.arange(num_views) / num_views
+    heights = np.where(np.arange(num_views) % 2 == 0, height, height * 0.55)
+    eyes = np.stack([radius * np.cos(angles), radius * np.sin(angles), heights], axis=-1)
+    return rigid_inverse(look_at(eyes, np.array([0.0, 0.0, 0.4]), up=(0.0, 0.0, 1.0)))
 
 
 def make_synthetic_scene(
@@ -263,8 +256,8 @@ def make_synthetic_scene(
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
     scene = SyntheticScene.random(seed)
-    focal = 0.5 * width / math.tan(0.5 * math.radians(fov_deg))
-    k_matrix = np.array([[focal, 0.0, width / 2], [0.0, focal, height / 2], [0.0, 0.0, 1.0]])
+    k_matrix = intrinsics(width, height, fov_deg, axis="x", dtype=torch.float64).numpy()
+    focal = float(k_matrix[0, 0])
     c2ws = ring_cameras(num_views)
     frames = []
     for i, c2w in enumerate(c2ws):
@@ -276,7 +269,7 @@ def make_synthetic_scene(
     points, rgb = scene.surface_points(num_points, seed)
     write_ply_points(out / "points3D.ply", points, rgb)
     meta = {
-        "camera_angle_x": 2 * math.atan(0.5 * width / focal),
+        "camera_angle_x": math.radians(fov_deg),
         "fl_x": focal,
         "fl_y": focal,
         "cx": width / 2,

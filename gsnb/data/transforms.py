@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gsnb.cameras import focal_from_fov
 from gsnb.data.camera import Camera, PosedImage, SceneFiles, drop_missing_images
 from gsnb.data.images import image_has_alpha, image_size
 
@@ -163,7 +164,9 @@ def _focal(meta: dict[str, Any], key: str, angle_key: str, size: int) -> float |
     if key in meta:
         return float(meta[key])
     if angle_key in meta:
-        return 0.5 * size / math.tan(0.5 * float(meta[angle_key]))
+        return float(
+            focal_from_fov(math.degrees(float(meta[angle_key])), size)
+        )  # radians in the file
     return None
 
 

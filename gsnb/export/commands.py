@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from gsnb.cameras import matching_fov
 from gsnb.export import paths
 from gsnb.export.ply import read_ply, write_ply
 from gsnb.export.video import render_video
@@ -203,7 +204,7 @@ def camera_path(
         if cameras is None:
             orbit = paths.fit_orbit_to_points(model.splats["means"].detach())
             return paths.orbit_path(orbit, frames, width, height, fov)
-        fov_y = float(paths.matching_fov(cameras.Ks, size, cameras.size).mean())
+        fov_y = float(matching_fov(cameras.Ks, size, cameras.size, axis="y").mean())
         return paths.orbit_path(paths.fit_orbit(cameras.viewmats), frames, width, height, fov_y)
     if spec == "train":
         if cameras is None:

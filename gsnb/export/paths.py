@@ -2,7 +2,8 @@
 
 Every path returns ``viewmats [F, 4, 4]`` (world-to-camera, OpenCV: +x right,
 +y down, +z forward) and ``Ks [F, 3, 3]`` for the requested output size, ready
-for :func:`gsnb.render`.
+for :func:`gsnb.render`. Fields of view here are vertical, in degrees; the
+camera maths is :mod:`gsnb.cameras`.
 
 Keyframe files are JSON::
 
@@ -34,6 +35,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gsnb.cameras import intrinsics, look_at, matching_fov
+
 DEFAULT_FOV_DEG = 50.0
 
 
@@ -60,84 +63,6 @@ class Orbit:
     radius: float
     height: float
     start: np.ndarray
-
-
-def camera_centres(viewmats: Tensor) -> np.ndarray:
-    """World positions ``[M, 3]`` of world-to-camera matrices ``viewmats [M, 4, 4]``.
-
-    Example:
-        >>> import torch
-        >>> vm = torch.eye(4)[None].clone(); vm[0, 2, 3] = 4.0
-        >>> camera_centres(vm).tolist()
-        [[0.0, 0.0, -4.0]]
-    """
-    c2w = np.linalg.inv(_as_numpy(viewmats, (4, 4)))
-    return c2w[:, :3, 3]
-
-
-def intrinsics(width: int, height: int, fov_y_deg: float | np.ndarray, frames: int = 1) -> Tensor:
-    """Pinhole ``Ks [F, 3, 3]`` for an image of ``width x height`` and a vertical field of view.
-
-    Square pixels, principal point at the image centre. ``fov_y_deg`` is a
-    number or one value per frame.
-
-    Example:
-        >>> intrinsics(64, 48, 90.0)[0].tolist()
-        [[24.0, 0.0, 32.0], [0.0, 24.0, 24.0], [0.0, 0.0, 1.0]]
-    """
-    if width < 1 or height < 1:
-        raise ValueError(f"image size must be positive, got {width}x{height}")
-    fov = np.broadcast_to(np.asarray(fov_y_deg, dtype=np.float64), (frames,))
-    if not np.all((fov > 0) & (fov < 180)):
-        raise ValueError(f"fov_deg must lie in (0, 180) degrees, got {fov.min()}..{fov.max()}")
-    focal = 0.5 * height / np.tan(np.radians(fov) / 2)
-    ks = np.zeros((frames, 3, 3))
-    ks[:, 0, 0] = ks[:, 1, 1] = focal
-    ks[:, 0, 2], ks[:, 1, 2], ks[:, 2, 2] = width / 2, height / 2, 1.0
-    return torch.as_tensor(ks, dtype=torch.float32)
-
-
-def fov_y_of(Ks: Tensor, height: int | None = None) -> np.ndarray:
-    """Vertical field of view in degrees ``[M]`` of cameras ``Ks [M, 3, 3]``.
-
-    ``height`` is the images' height in pixels; without it, twice the
-    principal point's ``cy`` stands in for it.
-
-    Example:
-        >>> import torch
-        >>> K = torch.tensor([[[24.0, 0, 32], [0, 24, 24], [0, 0, 1]]])
-        >>> round(float(fov_y_of(K)[0]), 3)
-        90.0
-    """
-    ks = _as_numpy(Ks, (3, 3))
-    h = np.full(len(ks), float(height)) if height else 2 * ks[:, 1, 2]
-    focal = np.sqrt(ks[:, 0, 0] * ks[:, 1, 1])
-    return np.degrees(2 * np.arctan(0.5 * h / focal))
-
-
-def look_at(position: np.ndarray, target: np.ndarray, up: np.ndarray) -> np.ndarray:
-    """World-to-camera ``[4, 4]`` (OpenCV) of a camera at ``position`` looking at ``target``.
-
-    ``up`` is the world direction that appears upwards in the image.
-
-    Example:
-        >>> import numpy as np
-        >>> vm = look_at(np.array([0.0, 0, -4]), np.zeros(3), np.array([0.0, -1, 0]))
-        >>> bool(np.allclose(vm[:3, :3], np.eye(3))), np.round(vm[:3, 3], 6).tolist()
-        (True, [0.0, 0.0, 4.0])
-    """
-    forward = np.asarray(target, float) - np.asarray(position, float)
-    if np.linalg.norm(forward) < 1e-12:
-        raise ValueError("a camera's position and look_at point coincide; move one of them")
-    forward /= np.linalg.norm(forward)
-    right = np.cross(forward, np.asarray(up, float))
-    if np.linalg.norm(right) < 1e-9:
-        raise ValueError("a camera looks along its up vector; give another 'up'")
-    right /= np.linalg.norm(right)
-    down = np.cross(forward, right)
-    c2w = np.eye(4)
-    c2w[:3, 0], c2w[:3, 1], c2w[:3, 2], c2w[:3, 3] = right, down, forward, position
-    return np.linalg.inv(c2w)
 
 
 def fit_orbit(viewmats: Tensor) -> Orbit:
@@ -224,7 +149,7 @@ def orbit_path(
         position = orbit.centre + orbit.radius * direction + orbit.height * orbit.up
         poses.append(look_at(position, orbit.centre, orbit.up))
     viewmats = torch.as_tensor(np.stack(poses), dtype=torch.float32)
-    return viewmats, intrinsics(width, height, fov_y_deg, frames)
+    return viewmats, intrinsics(width, height, np.full(frames, fov_y_deg), axis="y")
 
 
 def spline_path(
@@ -275,7 +200,7 @@ def spline_path(
     out = np.tile(np.eye(4), (frames, 1, 1))
     out[:, :3, :3], out[:, :3, 3] = rotations.as_matrix(), spline(times)
     viewmats_out = torch.as_tensor(np.linalg.inv(out), dtype=torch.float32)
-    return viewmats_out, intrinsics(width, height, np.interp(times, knots, fov), frames)
+    return viewmats_out, intrinsics(width, height, np.interp(times, knots, fov), axis="y")
 
 
 def train_path(
@@ -292,8 +217,8 @@ def train_path(
     At most ``max_keyframes`` evenly chosen cameras (first and last included)
     become keyframes of :func:`spline_path`, so the jitter of a hand-held
     capture does not shake the video. The field of view follows the cameras'
-    (see :func:`fov_y_of`; ``source_size = (width, height)`` of the training
-    images makes it exact).
+    (see :func:`gsnb.cameras.matching_fov`; ``source_size = (width, height)``
+    of the training images makes it exact).
 
     Example:
         >>> import numpy as np, torch
@@ -308,29 +233,8 @@ def train_path(
         raise ValueError(f"got {len(viewmats)} viewmats but {len(Ks)} Ks; give one K per camera")
     keep = np.unique(np.linspace(0, len(viewmats) - 1, min(max_keyframes, len(viewmats))).round())
     keep = torch.as_tensor(keep.astype(np.int64))
-    fov = matching_fov(Ks[keep], (width, height), source_size)
+    fov = matching_fov(Ks[keep], (width, height), source_size, axis="y")
     return spline_path(viewmats[keep], frames, width, height, fov)
-
-
-def matching_fov(
-    Ks: Tensor, size: tuple[int, int], source_size: tuple[int, int] | None = None
-) -> np.ndarray:
-    """Vertical fov in degrees ``[M]`` of ``size = (w, h)`` images with the cameras' diagonal fov.
-
-    A portrait dataset filmed into a landscape video keeps its apparent zoom.
-    ``source_size`` is the cameras' image ``(width, height)``; without it,
-    twice the principal point stands in for it.
-
-    Example:
-        >>> import torch
-        >>> K = torch.tensor([[[24.0, 0, 32], [0, 24, 24], [0, 0, 1]]])
-        >>> round(float(matching_fov(K, (128, 96))[0]), 3)
-        90.0
-    """
-    source = source_size or _size_from_k(Ks)
-    fov_y = fov_y_of(Ks, source[1])
-    half_diag = np.tan(np.radians(fov_y) / 2) * math.hypot(*source) / source[1]
-    return np.degrees(2 * np.arctan(half_diag * size[1] / math.hypot(*size)))
 
 
 def load_keyframes(path: str | os.PathLike[str]) -> dict:
@@ -428,11 +332,6 @@ def _perpendicular(up: np.ndarray) -> np.ndarray:
     helper = np.eye(3)[int(np.argmin(np.abs(up)))]
     side = helper - (helper @ up) * up
     return side / np.linalg.norm(side)
-
-
-def _size_from_k(Ks: Tensor) -> tuple[float, float]:
-    ks = _as_numpy(Ks, (3, 3))
-    return float(2 * ks[:, 0, 2].mean()), float(2 * ks[:, 1, 2].mean())
 
 
 def _check_frames(frames: int) -> None:

@@ -18,26 +18,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gsnb.cameras import scale_intrinsics
 from gsnb.export.upscale import lanczos_resize, to_uint8
 from gsnb.model import GaussianModel
-
-
-def scale_intrinsics(Ks: Tensor, from_size: tuple[int, int], to_size: tuple[int, int]) -> Tensor:
-    """``Ks [F, 3, 3]`` of a ``from_size = (w, h)`` image rescaled for an image of ``to_size``.
-
-    Pixel centres sit at ``i + 0.5``, so focal lengths and the principal point
-    scale by the same factor.
-
-    Example:
-        >>> import torch
-        >>> K = torch.tensor([[[100.0, 0, 64], [0, 100, 48], [0, 0, 1]]])
-        >>> scale_intrinsics(K, (128, 96), (64, 48))[0].tolist()
-        [[50.0, 0.0, 32.0], [0.0, 50.0, 24.0], [0.0, 0.0, 1.0]]
-    """
-    scaled = Ks.clone()
-    scaled[:, 0, :] *= to_size[0] / from_size[0]
-    scaled[:, 1, :] *= to_size[1] / from_size[1]
-    return scaled
 
 
 @torch.no_grad()

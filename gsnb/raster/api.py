@@ -10,8 +10,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from gsnb.cameras import camera_centres
 from gsnb.raster import reference
-from gsnb.raster.projection import Projection, camera_centres, project
+from gsnb.raster.projection import Projection, project
 from gsnb.raster.sh import eval_sh
 from gsnb.raster.validate import validate_inputs
 

@@ -50,12 +50,6 @@ def covariances_3d(quats: Tensor, scales: Tensor) -> Tensor:
     return m @ m.transpose(-1, -2)
 
 
-def camera_centres(viewmats: Tensor) -> Tensor:
-    """Camera centres ``[C, 3]`` in world space of world-to-camera matrices ``[C, 4, 4]``."""
-    rot = viewmats[:, :3, :3]
-    return -(rot.transpose(-1, -2) @ viewmats[:, :3, 3:4])[..., 0]
-
-
 def project(
     means: Tensor,
     quats: Tensor,

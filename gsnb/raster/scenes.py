@@ -1,6 +1,6 @@
-"""Small scene builders: random Gaussian clouds and look-at cameras.
+"""Small scene builders: random Gaussian clouds and a ring of cameras around them.
 
-Useful for tutorials, tests and benchmarks.
+Useful for tutorials, tests and benchmarks; the camera maths is :mod:`gsnb.cameras`.
 """
 
 from __future__ import annotations
@@ -10,37 +10,8 @@ import math
 import torch
 from torch import Tensor
 
+from gsnb.cameras import intrinsics, look_at
 from gsnb.raster.sh import num_sh_bases
-
-
-def look_at(eye: Tensor, target: Tensor, up: Tensor | None = None) -> Tensor:
-    """World-to-camera matrix ``[4, 4]`` (OpenCV: +z towards ``target``, +y down).
-
-    Example:
-        >>> import torch
-        >>> v = look_at(torch.tensor([0.0, 0, -3]), torch.zeros(3))
-        >>> (v @ torch.tensor([0.0, 0, 0, 1]))[:3].tolist()
-        [0.0, 0.0, 3.0]
-    """
-    eye, target = eye.double(), target.double()
-    up = torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64) if up is None else up.double()
-    forward = torch.nn.functional.normalize(target - eye, dim=0)
-    right = torch.linalg.cross(forward, up)
-    if float(right.norm()) < 1e-9:  # looking along `up`: pick any perpendicular
-        right = torch.linalg.cross(forward, torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))
-    right = torch.nn.functional.normalize(right, dim=0)
-    down = torch.linalg.cross(forward, right)
-    rot = torch.stack([right, down, forward])  # rows: camera axes in world coordinates
-    view = torch.eye(4, dtype=torch.float64)
-    view[:3, :3] = rot
-    view[:3, 3] = -rot @ eye
-    return view.float()
-
-
-def intrinsics(width: int, height: int, fov_x_degrees: float = 60.0) -> Tensor:
-    """Pinhole ``K [3, 3]`` with square pixels and the principal point at the image centre."""
-    f = 0.5 * width / math.tan(math.radians(fov_x_degrees) / 2)
-    return torch.tensor([[f, 0.0, width / 2], [0.0, f, height / 2], [0.0, 0.0, 1.0]])
 
 
 def random_gaussians(
@@ -90,12 +61,19 @@ def orbit_cameras(
 ) -> tuple[Tensor, Tensor]:
     """``num`` cameras on a circle of ``radius`` around the origin, looking at it.
 
-    Returns ``viewmats [num, 4, 4]`` and ``Ks [num, 3, 3]``.
+    ``fov_x_degrees`` is the horizontal field of view.
+
+    Returns ``viewmats [num, 4, 4]`` and ``Ks [num, 3, 3]``, float32.
+
+    Example:
+        >>> viewmats, Ks = orbit_cameras(4, 64, 48)
+        >>> tuple(viewmats.shape), round(float(Ks[0, 0, 0]), 3)
+        ((4, 4, 4), 55.426)
     """
     views = []
     for i in range(num):
         a = 2 * math.pi * i / max(num, 1)
         eye = torch.tensor([radius * math.sin(a), -0.3 * radius, -radius * math.cos(a)])
         views.append(look_at(eye, torch.zeros(3)))
-    K = intrinsics(width, height, fov_x_degrees)
+    K = intrinsics(width, height, fov_x_degrees, axis="x")
     return torch.stack(views), K[None].repeat(num, 1, 1)

@@ -1,10 +1,10 @@
 """Camera conversions between gsnb views and a browser's camera (OpenCV axes everywhere).
 
 A browser camera is a pose ``T_world_camera`` (quaternion ``wxyz`` and
-``position``), a vertical field of view and a canvas size, as viser reports
-it. :func:`view_from_pose` turns it into a :class:`~gsnb.data.dataset.View`
+``position``), a vertical field of view in radians and a canvas size, as viser
+reports it. :func:`view_from_pose` turns it into a :class:`~gsnb.data.dataset.View`
 that ``Trainer.render_view`` renders; :func:`pose_of_view` goes the other
-way for drawing the training cameras.
+way for drawing the training cameras. The maths is :mod:`gsnb.cameras`.
 """
 
 from __future__ import annotations
@@ -14,34 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.spatial.transform import Rotation
 
+from gsnb.cameras import fov_of, intrinsics, matrix_from_wxyz, rigid_inverse, wxyz_from_matrix
 from gsnb.data.dataset import View
-
-
-def wxyz_from_matrix(rotation: np.ndarray) -> np.ndarray:
-    """``[4]`` unit quaternion (w, x, y, z) of a ``[3, 3]`` rotation matrix.
-
-    Example:
-        >>> wxyz_from_matrix(np.eye(3)).tolist()
-        [1.0, 0.0, 0.0, 0.0]
-    """
-    x, y, z, w = Rotation.from_matrix(np.asarray(rotation, dtype=np.float64)).as_quat()
-    q = np.array([w, x, y, z])
-    return q if w >= 0 else -q
-
-
-def matrix_from_wxyz(wxyz: np.ndarray | tuple[float, ...]) -> np.ndarray:
-    """``[3, 3]`` rotation matrix of a (w, x, y, z) quaternion (normalised first).
-
-    Example:
-        >>> matrix_from_wxyz((1.0, 0.0, 0.0, 0.0)).tolist()[0]
-        [1.0, 0.0, 0.0]
-    """
-    w, x, y, z = (float(v) for v in wxyz)
-    if not math.isfinite(w + x + y + z) or w * w + x * x + y * y + z * z == 0:
-        raise ValueError(f"camera quaternion must be finite and non-zero, got {tuple(wxyz)}")
-    return Rotation.from_quat([x, y, z, w]).as_matrix()
 
 
 def pose_of_view(view: View) -> tuple[np.ndarray, np.ndarray]:
@@ -52,10 +27,8 @@ def pose_of_view(view: View) -> tuple[np.ndarray, np.ndarray]:
         >>> [p.tolist() for p in pose_of_view(v)]
         [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
     """
-    viewmat = torch.as_tensor(view.viewmat, dtype=torch.float64).cpu().numpy()
-    rotation = viewmat[:3, :3].T
-    position = -rotation @ viewmat[:3, 3]
-    return wxyz_from_matrix(rotation), position
+    c2w = rigid_inverse(torch.as_tensor(view.viewmat, dtype=torch.float64).cpu().numpy())
+    return wxyz_from_matrix(c2w[:3, :3]), c2w[:3, 3]
 
 
 def vertical_fov(view: View) -> float:
@@ -67,7 +40,7 @@ def vertical_fov(view: View) -> float:
         >>> round(math.degrees(vertical_fov(v)), 3)
         90.0
     """
-    return 2.0 * math.atan(0.5 * view.height / float(view.K[1, 1]))
+    return math.radians(float(fov_of(view.K, axis="y", size=view.height)))
 
 
 def view_from_pose(
@@ -91,42 +64,12 @@ def view_from_pose(
         raise ValueError(f"the image size must be positive, got {width}x{height}")
     if not 0.0 < fov < math.pi:
         raise ValueError(f"the vertical field of view must lie in (0, pi) radians, got {fov!r}")
-    rotation = matrix_from_wxyz(wxyz)
-    center = np.asarray(position, dtype=np.float64).reshape(3)
-    if not np.isfinite(center).all():
-        raise ValueError(f"camera position must be finite, got {center.tolist()}")
-    viewmat = np.eye(4)
-    viewmat[:3, :3] = rotation.T
-    viewmat[:3, 3] = -rotation.T @ center
-    focal = 0.5 * height / math.tan(0.5 * fov)
-    K = np.array([[focal, 0.0, width / 2], [0.0, focal, height / 2], [0.0, 0.0, 1.0]])
+    c2w = np.eye(4)
+    c2w[:3, :3] = matrix_from_wxyz(wxyz)
+    c2w[:3, 3] = np.asarray(position, dtype=np.float64).reshape(3)
+    if not np.isfinite(c2w[:3, 3]).all():
+        raise ValueError(f"camera position must be finite, got {c2w[:3, 3].tolist()}")
+    K = intrinsics(width, height, math.degrees(fov), axis="y")
     return View(
-        name,
-        Path(name),
-        width,
-        height,
-        torch.tensor(K, dtype=torch.float32),
-        torch.tensor(viewmat, dtype=torch.float32),
+        name, Path(name), width, height, K, torch.tensor(rigid_inverse(c2w), dtype=torch.float32)
     )
-
-
-def scaled_view(view: View, width: int) -> View:
-    """``view`` resized to ``width`` pixels wide (height and intrinsics scaled alike).
-
-    Example:
-        >>> v = view_from_pose((1, 0, 0, 0), (0, 0, 0), 1.0, 200, 100)
-        >>> s = scaled_view(v, 50)
-        >>> s.width, s.height, float(s.K[0, 2])
-        (50, 25, 25.0)
-    """
-    width = int(width)
-    if width < 1:
-        raise ValueError(f"width must be positive, got {width}")
-    if width == view.width:
-        return view
-    scale = width / view.width
-    height = max(1, round(view.height * scale))
-    K = torch.as_tensor(view.K, dtype=torch.float32).clone()
-    K[0] *= width / view.width
-    K[1] *= height / view.height
-    return View(view.name, view.image_path, width, height, K, view.viewmat)

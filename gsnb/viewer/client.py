@@ -109,7 +109,7 @@ class ViewerClient:
 
         ``look_at`` defaults to one unit ahead of the camera.
         """
-        from gsnb.viewer.cameras import matrix_from_wxyz
+        from gsnb.cameras import matrix_from_wxyz
 
         if look_at is None:
             ahead = matrix_from_wxyz(wxyz)[:, 2]
@@ -175,15 +175,11 @@ def look_from(
         >>> [round(v, 3) + 0.0 for v in look_from((0, -5, 0), (0, 0, 0))]
         [0.707, -0.707, 0.0, 0.0]
     """
-    from gsnb.viewer.cameras import wxyz_from_matrix
+    from gsnb.cameras import look_at, wxyz_from_matrix
 
-    forward = np.subtract(target, position).astype(np.float64)
-    forward /= np.linalg.norm(forward)
-    world_up = np.array([0.0, 0.0, 1.0])
-    if abs(float(forward @ world_up)) > 1 - 1e-6:
-        world_up = np.array([0.0, 1.0, 0.0])
-    right = np.cross(forward, world_up)
-    right /= np.linalg.norm(right)
-    down = np.cross(forward, right)
-    wxyz = wxyz_from_matrix(np.stack([right, down, forward], axis=1))
+    forward = np.subtract(target, position, dtype=np.float64)
+    # Looking straight up or down, +z cannot be the image's up: +y takes its place.
+    vertical = abs(float(forward[2])) > (1 - 1e-6) * float(np.linalg.norm(forward))
+    viewmat = look_at(position, target, up=(0.0, 1.0, 0.0) if vertical else (0.0, 0.0, 1.0))
+    wxyz = wxyz_from_matrix(viewmat[:3, :3].T)  # the camera-to-world rotation
     return tuple(float(v) for v in wxyz)  # type: ignore[return-value]

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from gsnb.cameras import scale_intrinsics
 from gsnb.export.paths import fit_orbit_to_points, orbit_path
 from gsnb.export.upscale import lanczos_resize, to_uint8
-from gsnb.export.video import render_frames, render_video, scale_intrinsics, write_video
+from gsnb.export.video import render_frames, render_video, write_video
 
 
 def _probe(path) -> dict:
@@ -62,12 +63,6 @@ def test_native_size_needs_no_upscale(small_model):
     frame = next(render_frames(small_model, viewmats, Ks, (32, 24)))
     direct = small_model.render(viewmats, Ks, 32, 24, backgrounds=torch.zeros(3)).rgb[0]
     assert np.array_equal(frame, to_uint8(direct.detach()))
-
-
-def test_scale_intrinsics_keeps_the_picture():
-    K = torch.tensor([[[80.0, 0, 30], [0, 90, 20], [0, 0, 1]]])
-    half = scale_intrinsics(K, (60, 40), (30, 20))
-    torch.testing.assert_close(half, torch.tensor([[[40.0, 0, 15], [0, 45, 10], [0, 0, 1]]]))
 
 
 def test_odd_size_and_bad_settings_are_refused(tmp_path, small_model):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import Tensor
 
+from gsnb.cameras import look_at
+
 
 @dataclass
 class Scene:
@@ -49,19 +51,6 @@ class Scene:
         return replace(
             self, viewmats=self.viewmats[index : index + 1], Ks=self.Ks[index : index + 1]
         )
-
-
-def look_at(eye: Tensor, target: Tensor) -> Tensor:
-    """OpenCV world-to-camera ``[4, 4]`` matrix of a camera at ``eye`` looking at ``target``."""
-    forward = (target - eye) / (target - eye).norm()
-    right = torch.linalg.cross(torch.tensor([0.0, 1.0, 0.0], dtype=eye.dtype), forward)
-    right = right / right.norm()
-    down = torch.linalg.cross(forward, right)
-    rot = torch.stack([right, down, forward])
-    viewmat = torch.eye(4, dtype=eye.dtype)
-    viewmat[:3, :3] = rot
-    viewmat[:3, 3] = -rot @ eye
-    return viewmat
 
 
 def intrinsics(width: int, height: int, focal: float, dtype: torch.dtype = torch.float64) -> Tensor:

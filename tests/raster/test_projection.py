@@ -7,13 +7,7 @@ import math
 import pytest
 import torch
 
-from gsnb.raster.projection import (
-    camera_centres,
-    covariances_3d,
-    project,
-    quat_to_rotmat,
-    splat_radii,
-)
+from gsnb.raster.projection import covariances_3d, project, quat_to_rotmat, splat_radii
 
 from .bruteforce import project_brute, raw_alphas, rotation_matrices
 from .scenes import random_scene
@@ -53,12 +47,6 @@ def test_covariances_3d() -> None:
         torch.tensor([[half, 0, 0, half]], dtype=F64), torch.tensor([[1.0, 2, 3]], dtype=F64)
     )
     torch.testing.assert_close(turned[0], torch.diag(torch.tensor([4.0, 1, 9], dtype=F64)))
-
-
-def test_camera_centres_are_the_inverse_translation() -> None:
-    scene = random_scene(1, width=8, height=8, num_cams=4, seed=3)
-    want = torch.linalg.inv(scene.viewmats)[:, :3, 3]
-    torch.testing.assert_close(camera_centres(scene.viewmats), want)
 
 
 def test_project_matches_plain_matrix_maths() -> None:

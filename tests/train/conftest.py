@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 
 import gsnb
+from gsnb.cameras import intrinsics, look_at
 from gsnb.data.dataset import SceneDataset, View
-from gsnb.raster.scenes import intrinsics, look_at
 
 FOX = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "fox"
 
@@ -34,7 +34,7 @@ def build_scene(
     scales = 0.08 + 0.12 * torch.rand(gaussians, 3, generator=g)
     opac = 0.6 + 0.4 * torch.rand(gaussians, generator=g)
     rgb = torch.rand(gaussians, 3, generator=g)
-    K = intrinsics(size, size, fov_x_degrees=58.0)
+    K = intrinsics(size, size, 58.0, axis="x")
     root.mkdir(parents=True, exist_ok=True)
     view_list = []
     for i in range(views):

@@ -1,4 +1,5 @@
-"""Tests for gsnb/viewer/cameras.py: poses, intrinsics and projections agree."""
+"""Tests for gsnb/viewer/cameras.py: poses, intrinsics and projections agree (with the
+quaternions of gsnb.cameras and gsnb.data.dataset.scaled_view they rely on)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,9 @@ import pytest
 import torch
 from scipy.spatial.transform import Rotation
 
-from gsnb.viewer.cameras import (
-    matrix_from_wxyz,
-    pose_of_view,
-    scaled_view,
-    vertical_fov,
-    view_from_pose,
-    wxyz_from_matrix,
-)
+from gsnb.cameras import matrix_from_wxyz, wxyz_from_matrix
+from gsnb.data.dataset import scaled_view
+from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
 
 
 def project(view, point: np.ndarray) -> np.ndarray:

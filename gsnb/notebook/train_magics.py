@@ -89,7 +89,12 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
     dataset = held if isinstance(held, SceneDataset) else None
     if args.resume:
         device = None if args.device in (None, "auto") else args.device
-        return Trainer.resume_from(args.resume, dataset, device=device)
+        trainer = Trainer.resume_from(args.resume, dataset, device=device)
+        if args.steps:  # extends the run, as in gsnb train
+            trainer.config.steps = args.steps
+        if args.out:
+            trainer.config.out_dir = args.out
+        return trainer
     path = None
     if dataset is None:
         path = Path(args.data).expanduser()

@@ -128,16 +128,6 @@ def add_config_options(
             )
 
 
-def given_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The TrainConfig settings given on the command line (those not left at ``None``).
-
-    Example:
-        >>> given_settings(argparse.Namespace(steps=5, seed=None, port=8080))
-        {'steps': 5}
-    """
-    return {k: v for k, v in vars(args).items() if k in CONFIG_OPTIONS and v is not None}
-
-
 def show_default(value: Any) -> str:
     """A default as the help shows it: strings quoted, so ``'default'`` reads as a value.
 

@@ -91,3 +91,12 @@ def test_out_dir_is_a_deprecated_spelling_of_out(shell, scene_root, tmp_path):
     with pytest.warns(FutureWarning, match="--out-dir is deprecated; use --out"):
         shell.run_line_magic("gs_train", f"{scene_root} --out-dir {tmp_path} --no-start {QUICK}")
     assert shell.user_ns["trainer"].config.out_dir == str(tmp_path)
+
+
+def test_resume_continues_a_run_and_steps_extend_it(shell, scene_root, tmp_path):
+    shell.run_line_magic("gs_train", f"{scene_root} --steps 3 --out {tmp_path} {QUICK}")
+    shell.user_ns["trainer"].wait(60)
+    resume = f"x --resume {tmp_path / 'checkpoint.pt'} --steps 5 --no-start"
+    shell.run_line_magic("gs_train", resume)
+    trainer = shell.user_ns["trainer"]
+    assert (trainer.step_count, trainer.config.steps, trainer.config.sh_degree) == (3, 5, 1)

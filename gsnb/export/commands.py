@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +129,59 @@ def parse_colour(text: str) -> tuple[float, float, float]:
     return r, g, b
 
 
+@dataclass(frozen=True)
+class VideoOptions:
+    """What :func:`make_video` renders; ``gsnb video`` and ``%gs_export`` fill it from options.
+
+    Attributes:
+        data: dataset folder whose cameras ``orbit`` and ``train`` follow (None: orbit the
+            Gaussians).
+        path: camera path: ``"orbit"``, ``"train"`` (needs ``data``) or a keyframes JSON file.
+        size: video ``(width, height)``; None: the training images' size with ``data``,
+            else 1920x1080.
+        render_size: render at this ``(width, height)``, then lanczos-upscale to ``size``
+            (None: ``size``).
+        frames: number of frames (default 120).
+        fps: frames per second (default 30).
+        quality: encoder quality, 0 (small) to 10 (best) (default 8).
+        fov: vertical field of view in degrees of an orbit without ``data`` (default 50).
+        background: RGB in [0, 1] behind the Gaussians; None: the dataset's, else black.
+        device: device to render on; None: the model's.
+        progress: show a progress bar (default True).
+
+    Example:
+        >>> VideoOptions(size=(64, 48), frames=5).path
+        'orbit'
+    """
+
+    data: str | None = None
+    path: str = "orbit"
+    size: tuple[int, int] | None = None
+    render_size: tuple[int, int] | None = None
+    frames: int = 120
+    fps: float = 30.0
+    quality: float = 8.0
+    fov: float = paths.DEFAULT_FOV_DEG
+    background: tuple[float, float, float] | None = None
+    device: str | None = None
+    progress: bool = True
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> VideoOptions:
+        """The options :func:`add_video_options` parsed.
+
+        Example:
+            >>> parser = argparse.ArgumentParser()
+            >>> add_video_options(parser)
+            >>> VideoOptions.from_args(parser.parse_args(["--no-progress"])).progress
+            False
+        """
+        names = {f.name for f in fields(cls)} - {"progress"}
+        return cls(
+            **{k: v for k, v in vars(args).items() if k in names}, progress=not args.no_progress
+        )
+
+
 def add_video_options(parser: argparse.ArgumentParser) -> None:
     """Add the options shared by ``gsnb video`` and ``%gs_export`` to ``parser``.
 
@@ -142,7 +195,7 @@ def add_video_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="dataset folder, for paths that follow its cameras")
     parser.add_argument(
         "--path",
-        default="orbit",
+        default=VideoOptions.path,
         help="camera path: 'orbit' (around the training cameras' focus, or the Gaussians "
         "without --data), 'train' (through the training cameras; needs --data) or a "
         "keyframes .json file (format in gsnb.export.paths)",
@@ -157,19 +210,31 @@ def add_video_options(parser: argparse.ArgumentParser) -> None:
         type=parse_size,
         help="render at WxH, then lanczos-upscale to --size (default: --size)",
     )
-    parser.add_argument("--frames", type=int, default=120, help="number of frames (default 120)")
-    parser.add_argument("--fps", type=float, default=30.0, help="frames per second (default 30)")
+    defaults = VideoOptions()
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=defaults.frames,
+        help=f"number of frames (default {defaults.frames})",
+    )
+    parser.add_argument(
+        "--fps",
+        type=float,
+        default=defaults.fps,
+        help=f"frames per second (default {defaults.fps:g})",
+    )
     parser.add_argument(
         "--quality",
         type=float,
-        default=8.0,
-        help="encoder quality 0 (small) to 10 (best), default 8",
+        default=defaults.quality,
+        help=f"encoder quality 0 (small) to 10 (best) (default {defaults.quality:g})",
     )
     parser.add_argument(
         "--fov",
         type=float,
-        default=paths.DEFAULT_FOV_DEG,
-        help="vertical field of view in degrees of an orbit without --data (default 50)",
+        default=defaults.fov,
+        help=f"vertical field of view in degrees of an orbit without --data "
+        f"(default {defaults.fov:g})",
     )
     parser.add_argument(
         "--background",
@@ -220,33 +285,32 @@ def camera_path(
 
 
 def make_video(
-    model: GaussianModel, out: str | Path, args: argparse.Namespace, data: Any = None
+    model: GaussianModel, out: str | Path, options: VideoOptions | None = None, data: Any = None
 ) -> Path:
-    """Render the video that ``args`` (the options of :func:`add_video_options`) describe.
+    """Render the video that ``options`` describe to ``out``.
 
-    ``data`` overrides ``args.data`` with a loaded dataset.
+    ``data`` overrides ``options.data`` with a loaded dataset.
 
     Example:
-        >>> import argparse, tempfile, torch
-        >>> parser = argparse.ArgumentParser()
-        >>> add_video_options(parser)
-        >>> args = parser.parse_args(["--size", "32x24", "--frames", "2", "--no-progress"])
+        >>> import tempfile, torch
+        >>> options = VideoOptions(size=(32, 24), frames=2, progress=False)
         >>> model = GaussianModel.from_points(torch.rand(20, 3), torch.rand(20, 3))
-        >>> make_video(model, tempfile.mkdtemp() + "/orbit.mp4", args).name
+        >>> make_video(model, tempfile.mkdtemp() + "/orbit.mp4", options).name
         'orbit.mp4'
     """
-    source = data if data is not None else args.data
+    o = options or VideoOptions()
+    source = data if data is not None else o.data
     cameras = training_cameras(source) if source is not None else None
-    size = args.size or (_even(cameras.size) if cameras else DEFAULT_SIZE)
-    if args.frames < 1:
-        raise ValueError(f"--frames must be at least 1, got {args.frames}")
-    background = args.background or (cameras.background if cameras else (0.0, 0.0, 0.0))
-    if args.device and torch.device(args.device) != model.splats["means"].device:
-        model = GaussianModel(model.splats).to(args.device)  # a copy: the caller's model stays put
-    viewmats, Ks = camera_path(args.path, args.frames, size, model, cameras, args.fov)
+    size = o.size or (_even(cameras.size) if cameras else DEFAULT_SIZE)
+    if o.frames < 1:
+        raise ValueError(f"--frames must be at least 1, got {o.frames}")
+    background = o.background or (cameras.background if cameras else (0.0, 0.0, 0.0))
+    if o.device and torch.device(o.device) != model.splats["means"].device:
+        model = GaussianModel(model.splats).to(o.device)  # a copy: the caller's model stays put
+    viewmats, Ks = camera_path(o.path, o.frames, size, model, cameras, o.fov)
     return render_video(
-        model, out, viewmats, Ks, size, args.render_size, args.fps, args.quality,
-        background, progress=not args.no_progress,
+        model, out, viewmats, Ks, size, o.render_size, o.fps, o.quality,
+        background, progress=o.progress,
     )  # fmt: skip
 
 
@@ -315,7 +379,7 @@ def video(args: argparse.Namespace) -> int:
     """
     try:
         model = load_scene(args.scene, args.device)
-        out = make_video(model, args.out, args)
+        out = make_video(model, args.out, VideoOptions.from_args(args))
     except (OSError, ValueError) as err:
         print(f"gsnb video: error: {err}", file=sys.stderr)
         return 1

@@ -52,7 +52,7 @@ class ExportMagics(Magics):
         Returns an ``IPython.display.Video`` when ``--show`` is given, so the
         video plays in the cell's output.
         """
-        from gsnb.export.commands import load_scene, make_video
+        from gsnb.export.commands import VideoOptions, load_scene, make_video
         from gsnb.export.ply import write_ply
         from gsnb.model import GaussianModel
 
@@ -74,7 +74,8 @@ class ExportMagics(Magics):
         if not args.video:
             return None
         data = namespace.get(args.data) if args.data else None
-        out = make_video(model, args.video, args, data=data if hasattr(data, "views") else None)
+        options = VideoOptions.from_args(args)
+        out = make_video(model, args.video, options, data=data if hasattr(data, "views") else None)
         print(f"wrote {out}")
         if args.show:
             from IPython.display import Video

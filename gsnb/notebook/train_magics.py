@@ -11,45 +11,34 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from gsnb.notebook.build_magics import magic_parser
+from gsnb.train.options import (
+    add_config_options,
+    add_out_option,
+    add_resume_option,
+    add_strategy_option,
+)
 
 if TYPE_CHECKING:
-    from gsnb.train import Trainer
+    from gsnb.train import TrainConfig, Trainer
 
 
 def train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Put ``%gs_train``'s options on ``parser``.
+    """Put ``%gs_train``'s options on ``parser``: those of ``gsnb train`` and the notebook's own.
 
     Example:
         >>> p = argparse.ArgumentParser()
         >>> train_arguments(p)
-        >>> p.parse_args(["data/fox", "--steps", "500"]).steps
-        500
+        >>> a = p.parse_args(["data/fox", "--steps", "500", "--out", "runs/fox"])
+        >>> a.steps, a.out
+        (500, 'runs/fox')
     """
     parser.add_argument(
         "data", help="dataset folder, or a notebook variable holding a SceneDataset"
     )
-    parser.add_argument("--steps", type=int, default=30_000, help="training steps (default 30000)")
-    parser.add_argument(
-        "--downscale", type=int, default=1, help="image downscale factor (default 1)"
+    add_out_option(
+        parser, "write checkpoints here (when stopped or finished)", deprecated=["--out-dir"]
     )
-    parser.add_argument(
-        "--test-every", type=int, default=8, help="hold out every N-th view (default 8; 0: none)"
-    )
-    parser.add_argument(
-        "--strategy", choices=("default", "mcmc"), default="default", help="densification"
-    )
-    parser.add_argument("--sh-degree", type=int, default=3, help="SH degree (default 3)")
-    parser.add_argument(
-        "--max-init-points", type=int, default=0, help="cap on the initial points (default 0: all)"
-    )
-    parser.add_argument(
-        "--eval-every", type=int, default=0, help="test-set PSNR every N steps (default 0: never)"
-    )
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--backend", choices=("auto", "cuda", "reference"), default="auto")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--out-dir", help="write checkpoints here (when stopped or finished)")
-    parser.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint")
+    add_resume_option(parser)
     parser.add_argument(
         "--camera", default="0", help="training view shown live: index or file name (default 0)"
     )
@@ -59,6 +48,8 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-start", action="store_true", help="show the panel, do not start")
     parser.add_argument("--viewer", action="store_true", help="also open the 3D viewer (viser)")
     parser.add_argument("--port", type=int, default=0, help="viewer port (default 0: a free one)")
+    add_strategy_option(parser)
+    add_config_options(parser)
 
 
 TRAIN_PARSER = magic_parser(
@@ -70,6 +61,21 @@ TRAIN_PARSER = magic_parser(
 )
 
 
+def train_config(args: argparse.Namespace, path: Path | None) -> TrainConfig:
+    """The settings ``%gs_train``'s options describe (``path``: the dataset folder, if one).
+
+    Example:
+        >>> args = TRAIN_PARSER.parse_args(["data/fox", "--steps", "500", "--out", "runs/fox"])
+        >>> c = train_config(args, None)
+        >>> c.steps, c.out_dir, c.data
+        (500, 'runs/fox', None)
+    """
+    from gsnb.train import TrainConfig
+
+    data = None if path is None else str(path.resolve())
+    return TrainConfig.from_args(args, data=data, out_dir=args.out)
+
+
 def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer:
     """The trainer ``%gs_train`` options describe (``namespace``: the notebook's variables).
 
@@ -77,14 +83,18 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
         >>> # trainer = make_trainer(TRAIN_PARSER.parse_args(["data/fox", "--downscale", "4"]), {})
     """
     from gsnb.data.dataset import SceneDataset, load_dataset
-    from gsnb.train import TrainConfig, Trainer
+    from gsnb.train import Trainer
 
     held = namespace.get(args.data)
     dataset = held if isinstance(held, SceneDataset) else None
     if args.resume:
-        return Trainer.resume_from(
-            args.resume, dataset, device=None if args.device == "auto" else args.device
-        )
+        device = None if args.device in (None, "auto") else args.device
+        trainer = Trainer.resume_from(args.resume, dataset, device=device)
+        if args.steps:  # extends the run, as in gsnb train
+            trainer.config.steps = args.steps
+        if args.out:
+            trainer.config.out_dir = args.out
+        return trainer
     path = None
     if dataset is None:
         path = Path(args.data).expanduser()
@@ -93,8 +103,9 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
                 f"%gs_train: {args.data!r} is neither a dataset folder nor a notebook variable "
                 "holding a SceneDataset"
             )
-        dataset = load_dataset(path, downscale=args.downscale, test_every=args.test_every)
-    config = TrainConfig.from_args(args, data=None if path is None else str(path.resolve()))
+    config = train_config(args, path)
+    if dataset is None:
+        dataset = load_dataset(path, downscale=config.downscale, test_every=config.test_every)
     return Trainer(dataset, config, strategy=args.strategy)
 
 

@@ -1,7 +1,10 @@
 """``gsnb train`` (photos -> trained scene) and ``gsnb demo`` (a synthetic scene, no download).
 
-gsnb train DATA --out DIR [--steps N] [--downscale D] [--strategy default|mcmc] [--seed S]
-gsnb demo [--out DIR] [--steps N] [--size PX] [--views N] [--no-video]
+gsnb train DATA --out DIR [--resume CHECKPOINT] [--strategy default|mcmc] [--steps N] ...
+gsnb demo [--out DIR] [--size PX] [--views N] [--no-video] [--strategy ...] [--steps N] ...
+
+Both take every setting of :class:`~gsnb.train.config.TrainConfig` as an option
+(:mod:`gsnb.train.options`), as ``%gs_train`` does.
 """
 
 from __future__ import annotations
@@ -18,7 +21,14 @@ from typing import Any
 import torch
 
 from gsnb.train.config import TrainConfig
-from gsnb.train.strategy import STRATEGIES, make_strategy
+from gsnb.train.options import (
+    add_config_options,
+    add_out_option,
+    add_progress_option,
+    add_resume_option,
+    add_strategy_option,
+)
+from gsnb.train.strategy import make_strategy
 from gsnb.train.trainer import Trainer
 from gsnb.utils.atomic import atomic_write
 
@@ -26,60 +36,35 @@ PLY_NAME = "point_cloud.ply"
 VIDEO_NAME = "orbit.mp4"
 
 
-def _common_arguments(parser: argparse.ArgumentParser, strategy: str = "default") -> None:
-    parser.add_argument(
-        "--strategy",
-        choices=sorted(STRATEGIES),
-        default=strategy,
-        help=f"densification: 'default' (3DGS clone/split/prune) or 'mcmc' (default {strategy})",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="where to train (default: cuda when available)",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-
-
 def train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the options of ``gsnb train`` to ``parser``.
+    """Add the options of ``gsnb train`` to ``parser``: DATA, --out and every run setting.
 
     Example:
         >>> p = argparse.ArgumentParser()
         >>> train_arguments(p)
         >>> a = p.parse_args(["data/fox", "--out", "runs/fox", "--steps", "7000"])
-        >>> a.steps, a.downscale, a.strategy
-        (7000, 1, 'default')
+        >>> c = train_config(a)
+        >>> c.steps, c.downscale, c.sh_degree, a.strategy
+        (7000, 1, 3, 'default')
     """
     parser.add_argument("data", help="dataset folder: a COLMAP model or a transforms.json")
-    parser.add_argument("--out", required=True, help="folder for the checkpoint, PLY and metrics")
-    parser.add_argument("--steps", type=int, help="training steps (default 30000)")
-    parser.add_argument(
-        "--downscale",
-        type=int,
-        default=1,
-        help="divide image width and height by this integer (default 1)",
-    )
-    parser.add_argument(
-        "--test-every",
-        type=int,
-        default=8,
-        help="hold out every N-th view for evaluation (default 8; 0: none)",
-    )
-    parser.add_argument(
-        "--max-init-points",
-        type=int,
-        default=0,
-        help="start from at most this many of the dataset's points (default all)",
-    )
-    parser.add_argument(
-        "--resume",
-        metavar="CHECKPOINT",
-        help="continue the run saved in CHECKPOINT with its settings (--steps may extend it)",
-    )
-    _common_arguments(parser)
+    add_out_option(parser, "folder for the checkpoint, PLY and metrics", required=True)
+    add_resume_option(parser)
+    add_progress_option(parser)
+    add_strategy_option(parser)
+    add_config_options(parser)
+
+
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """The settings of the run ``gsnb train``'s options describe.
+
+    Example:
+        >>> p = argparse.ArgumentParser()
+        >>> train_arguments(p)
+        >>> train_config(p.parse_args(["data/fox", "--out", "runs/fox"])).out_dir
+        'runs/fox'
+    """
+    return TrainConfig.from_args(args, data=str(Path(args.data).resolve()), out_dir=args.out)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -95,10 +80,8 @@ def train(args: argparse.Namespace) -> int:
         else:
             from gsnb.data.dataset import load_dataset
 
-            data = load_dataset(args.data, downscale=args.downscale, test_every=args.test_every)
-            config = TrainConfig.from_args(
-                args, data=str(Path(args.data).resolve()), out_dir=str(out)
-            )
+            config = train_config(args)
+            data = load_dataset(args.data, downscale=config.downscale, test_every=config.test_every)
             trainer = Trainer(data, config, strategy=args.strategy, progress=not args.no_progress)
     except (OSError, ValueError, RuntimeError) as err:
         print(f"gsnb train: error: {err}", file=sys.stderr)
@@ -112,7 +95,7 @@ def _resume(args: argparse.Namespace, out: Path) -> Trainer:
 
     saved = read_checkpoint(args.resume)["config"]
     data = load_dataset(args.data, downscale=saved["downscale"], test_every=saved["test_every"])
-    device = None if args.device == "auto" else args.device
+    device = None if args.device in (None, "auto") else args.device
     trainer = Trainer.resume_from(args.resume, data, device=device)
     trainer.config.out_dir = str(out)
     if args.steps:
@@ -259,37 +242,58 @@ def demo_settings(device: torch.device) -> dict[str, int]:
     return {"size": 64, "views": 24, "steps": 700, "points": 1500, "cap": 3000, "frames": 48}
 
 
+DEMO_DEFAULTS: dict[str, Any] = {"sh_degree": 0}
+"""``gsnb demo``'s own defaults: the demo scene is diffuse (no view-dependent colour)."""
+DEMO_STRATEGY = "mcmc"
+
+
 def demo_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the options of ``gsnb demo`` to ``parser``.
+    """Add the options of ``gsnb demo`` to ``parser``: the scene's and every run setting.
 
     Example:
         >>> p = argparse.ArgumentParser()
         >>> demo_arguments(p)
-        >>> p.parse_args(["--steps", "100"]).steps
-        100
+        >>> a = p.parse_args(["--steps", "100"])
+        >>> a.steps, a.strategy, a.out
+        (100, 'mcmc', 'gsnb-demo')
     """
-    parser.add_argument("--out", default="gsnb-demo", help="output folder (default ./gsnb-demo)")
-    parser.add_argument(
-        "--steps", type=int, help="training steps (default 700 on CPU, 3000 on GPU)"
-    )
+    add_out_option(parser, "output folder", default="gsnb-demo")
     parser.add_argument("--size", type=int, help="image size in pixels (default 64 CPU, 256 GPU)")
     parser.add_argument("--views", type=int, help="number of cameras (default 24 CPU, 48 GPU)")
     parser.add_argument("--no-video", action="store_true", help="skip the orbit video")
-    _common_arguments(parser, strategy="mcmc")
+    add_progress_option(parser)
+    add_strategy_option(parser, default=DEMO_STRATEGY)
+    add_config_options(parser, DEMO_DEFAULTS, default_text={"steps": "700 on CPU, 3000 on GPU"})
+
+
+def demo_device(args: argparse.Namespace) -> torch.device:
+    """The device ``--device`` names; ``auto`` (or none given) is CUDA when available.
+
+    Example:
+        >>> demo_device(argparse.Namespace(device="cpu"))
+        device(type='cpu')
+    """
+    if args.device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(args.device)
 
 
 def demo_config(
-    steps: int, seed: int, device: str, out: Path
+    args: argparse.Namespace, device: torch.device, out: Path
 ) -> tuple[TrainConfig, dict[str, int]]:
-    """Settings for a short run: the 3DGS recipe with its schedule compressed to ``steps``.
+    """Settings for a short run: the 3DGS recipe with its schedule compressed to its steps.
 
     Example:
-        >>> cfg, schedule = demo_config(600, 0, "cpu", Path("out"))
+        >>> p = argparse.ArgumentParser()
+        >>> demo_arguments(p)
+        >>> args = p.parse_args(["--steps", "600"])
+        >>> cfg, schedule = demo_config(args, torch.device("cpu"), Path("out"))
         >>> cfg.sh_degree, schedule["refine_start_iter"], schedule["refine_stop_iter"]
         (0, 100, 450)
     """
-    # The demo scene is diffuse (no view-dependent colour): SH degree 0 suffices.
-    config = TrainConfig(steps=steps, seed=seed, device=device, sh_degree=0, out_dir=str(out))
+    defaults = DEMO_DEFAULTS | {"steps": demo_settings(device)["steps"]}
+    config = TrainConfig.from_args(args, defaults, device=device.type, out_dir=str(out))
+    steps = config.steps
     schedule = {
         "refine_start_iter": steps // 6,
         "refine_every": max(50, steps // 60),
@@ -307,23 +311,18 @@ def demo(args: argparse.Namespace) -> int:
     from gsnb.data.synthetic import make_synthetic_scene
 
     out = Path(args.out)
-    device = torch.device(
-        "cuda"
-        if args.device == "auto" and torch.cuda.is_available()
-        else ("cpu" if args.device == "auto" else args.device)
-    )
+    device = demo_device(args)
     preset = demo_settings(device)
     size = args.size or preset["size"]
-    steps = args.steps or preset["steps"]
     views = args.views or preset["views"]
     try:
+        config, schedule = demo_config(args, device, out)
         out.mkdir(parents=True, exist_ok=True)
         print(f"gsnb demo: ray tracing {views} views of {size}x{size} px into {out / 'scene'}")
         root = make_synthetic_scene(
-            out / "scene", num_views=views, size=size, seed=args.seed, num_points=preset["points"]
+            out / "scene", num_views=views, size=size, seed=config.seed, num_points=preset["points"]
         )
-        data = load_dataset(root, test_every=8)
-        config, schedule = demo_config(steps, args.seed, str(device.type), out)
+        data = load_dataset(root, downscale=config.downscale, test_every=config.test_every)
         settings = _strategy_settings(args.strategy, schedule, preset["cap"])
         strategy = make_strategy(args.strategy, **settings)
         trainer = Trainer(data, config, strategy=strategy)
@@ -351,12 +350,9 @@ def demo_video(trainer: Trainer, out: Path, size: int, frames: int) -> Path | No
     """
     if importlib.util.find_spec("gsnb.export.commands") is None:
         return None
-    from gsnb.export.commands import add_video_options, make_video
+    from gsnb.export.commands import VideoOptions, make_video
 
-    parser = argparse.ArgumentParser()
-    add_video_options(parser)
     big = 4 * size
-    options = ["--size", f"{big}x{big}", "--render-size", f"{size}x{size}", "--frames", str(frames)]
-    video_args = parser.parse_args(options)
+    options = VideoOptions(size=(big, big), render_size=(size, size), frames=frames)
     with torch.no_grad():
-        return make_video(trainer.model, out / VIDEO_NAME, video_args, data=trainer.dataset)
+        return make_video(trainer.model, out / VIDEO_NAME, options, data=trainer.dataset)

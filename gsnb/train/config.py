@@ -32,10 +32,10 @@ class TrainConfig:
         sh_degree: highest spherical-harmonics degree of the colours (default 3, INRIA).
         sh_degree_interval: the SH degree in use rises by one every this many
             steps, up to ``sh_degree`` (default 1000, INRIA). Live.
-        init_opacity: opacity of the initial Gaussians; None takes the strategy's
-            choice (0.1 for the default strategy as INRIA, 0.5 for MCMC as its paper).
-        init_scale: factor on the kNN distance that sizes the initial Gaussians;
-            None takes the strategy's choice (1.0 default strategy, 0.1 MCMC).
+        init_opacity: opacity of the initial Gaussians (default None: the strategy's
+            choice, 0.1 for the default strategy as INRIA, 0.5 for MCMC as its paper).
+        init_scale: factor on the kNN distance that sizes the initial Gaussians
+            (default None: the strategy's choice, 1.0 default strategy, 0.1 MCMC).
         max_init_points: keep at most this many initial points, chosen at random
             with the run's seed (default 0: all).
         lr_means: Adam learning rate of the means at step 0, multiplied by the
@@ -139,20 +139,24 @@ class TrainConfig:
         return cls(**values)
 
     @classmethod
-    def from_args(cls, args: Any, **overrides: Any) -> TrainConfig:
-        """The settings a parsed command line names, then ``overrides``.
+    def from_args(
+        cls, args: Any, defaults: dict[str, Any] | None = None, **overrides: Any
+    ) -> TrainConfig:
+        """The settings a parsed command line names, over ``defaults``, under ``overrides``.
 
-        Takes each attribute of ``args`` (an ``argparse.Namespace``) that is a
-        field here, except those left at ``None`` (an option not given keeps
-        this class's default); the other attributes are ignored.
+        The pair of :func:`gsnb.train.options.add_config_options`, which declares one
+        option per field: pass the same ``defaults``. Takes each attribute of ``args`` (an
+        ``argparse.Namespace``) that is a field here, except those left at ``None`` (an
+        option not given keeps the default: ``defaults``, else this class's); the other
+        attributes are ignored.
 
         Example:
             >>> import argparse
-            >>> args = argparse.Namespace(steps=None, seed=3, port=8080)
-            >>> c = TrainConfig.from_args(args, out_dir="runs/x")
-            >>> c.steps, c.seed, c.out_dir
-            (30000, 3, 'runs/x')
+            >>> args = argparse.Namespace(steps=None, seed=3, sh_degree=None, port=8080)
+            >>> c = TrainConfig.from_args(args, {"sh_degree": 0}, out_dir="runs/x")
+            >>> c.steps, c.seed, c.sh_degree, c.out_dir
+            (30000, 3, 0, 'runs/x')
         """
         names = {f.name for f in dataclasses.fields(cls)}
         given = {k: v for k, v in vars(args).items() if k in names and v is not None}
-        return cls(**(given | overrides))
+        return cls(**(dict(defaults or {}) | given | overrides))

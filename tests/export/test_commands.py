@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch
 from gsnb.cameras import camera_centres
 from gsnb.cli import main
 from gsnb.export import paths
-from gsnb.export.commands import camera_path, training_cameras
+from gsnb.export.commands import VideoOptions, add_video_options, camera_path, training_cameras
 from gsnb.export.ply import read_ply, write_ply
 from gsnb.model import GaussianModel
 
@@ -77,6 +78,16 @@ def test_video_errors_name_the_fix(tmp_path, small_model, capsys):
     with pytest.raises(SystemExit):
         main([*base, "--size", "large"])
     assert "size must look like 1920x1080" in capsys.readouterr().err
+
+
+def test_video_options_are_what_the_options_parse():
+    parser = argparse.ArgumentParser()
+    add_video_options(parser)
+    assert VideoOptions.from_args(parser.parse_args([])) == VideoOptions()
+    args = parser.parse_args(["--path", "train", "--frames", "5", "--background", "1,1,1", *SMALL])
+    expected = VideoOptions(path="train", size=(64, 48), render_size=(32, 24), frames=5,
+                            background=(1.0, 1.0, 1.0), progress=False)  # fmt: skip
+    assert VideoOptions.from_args(args) == expected
 
 
 def test_orbit_without_cameras_looks_at_the_gaussians(small_model):

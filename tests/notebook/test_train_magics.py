@@ -73,3 +73,30 @@ def test_help_lists_the_options(shell, capsys):
     for option in ("--steps", "--downscale", "--strategy", "--viewer", "--resume", "--no-start"):
         assert option in out
     assert "--eval-every" in TrainMagics.gs_train.__doc__
+
+
+def test_out_names_the_checkpoint_folder_and_every_setting_reaches_the_trainer(
+    shell, scene_root, tmp_path
+):
+    out = tmp_path / "run"
+    line = f"{scene_root} --steps 3 --out {out} --lr-scales 2e-3 --random-background {QUICK}"
+    shell.run_line_magic("gs_train", line)
+    trainer = shell.user_ns["trainer"]
+    trainer.wait(60)
+    assert trainer.config.lr_scales == 2e-3 and trainer.config.random_background
+    assert trainer.config.out_dir == str(out) and (out / "checkpoint.pt").is_file()
+
+
+def test_out_dir_is_a_deprecated_spelling_of_out(shell, scene_root, tmp_path):
+    with pytest.warns(FutureWarning, match="--out-dir is deprecated; use --out"):
+        shell.run_line_magic("gs_train", f"{scene_root} --out-dir {tmp_path} --no-start {QUICK}")
+    assert shell.user_ns["trainer"].config.out_dir == str(tmp_path)
+
+
+def test_resume_continues_a_run_and_steps_extend_it(shell, scene_root, tmp_path):
+    shell.run_line_magic("gs_train", f"{scene_root} --steps 3 --out {tmp_path} {QUICK}")
+    shell.user_ns["trainer"].wait(60)
+    resume = f"x --resume {tmp_path / 'checkpoint.pt'} --steps 5 --no-start"
+    shell.run_line_magic("gs_train", resume)
+    trainer = shell.user_ns["trainer"]
+    assert (trainer.step_count, trainer.config.steps, trainer.config.sh_degree) == (3, 5, 1)

@@ -29,6 +29,7 @@ MODULES = [
     "gsnb.train.losses",
     "gsnb.train.memory",
     "gsnb.train.metrics",
+    "gsnb.train.options",
     "gsnb.train.optim",
     "gsnb.train.regularizers",
     "gsnb.train.trainer",

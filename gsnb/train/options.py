@@ -1,0 +1,292 @@
+"""The options of a training run, declared once for ``gsnb train``, ``gsnb demo`` and ``%gs_train``.
+
+:func:`add_config_options` puts one option on a parser for each field of
+:class:`~gsnb.train.config.TrainConfig` (``sh_degree`` -> ``--sh-degree``) with the field's
+type, choices (its knob metadata) and documentation (the class docstring);
+:meth:`TrainConfig.from_args <gsnb.train.config.TrainConfig.from_args>` is its pair and builds
+the config from what was parsed. An option left out parses to ``None``, so the config's default
+applies and ``--resume`` can tell an option given from one left out; the help states the default.
+
+Every field a run sets is an option, the live knobs (learning rates, loss weights,
+regularisers, schedules) included, in all three entry points alike: a run started from the
+shell has no panel, so its command line is the only place to set them, and the same option
+means the same thing in a notebook, where the panel then moves the knob from the value given.
+Two fields have no option of their own: ``data`` is the positional DATA argument and
+``out_dir`` is ``--out``.
+
+The options that are not TrainConfig fields but that two entry points share (``--out``,
+``--resume``, ``--strategy``, ``--no-progress``) are declared here too; an option of one entry
+point alone stays beside it.
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> add_config_options(parser)
+    >>> args = parser.parse_args(["--steps", "7000", "--sh-degree", "1", "--random-background"])
+    >>> config = TrainConfig.from_args(args)
+    >>> config.steps, config.sh_degree, config.random_background, config.seed
+    (7000, 1, True, 0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import types
+import typing
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gsnb.train.config import TrainConfig
+from gsnb.train.knobs import attribute_docs
+from gsnb.train.strategy import STRATEGIES
+
+NOT_OPTIONS = ("data", "out_dir")
+"""TrainConfig fields without an option of their own: DATA is positional, ``out_dir`` is --out."""
+
+CONFIG_OPTIONS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(TrainConfig) if f.name not in NOT_OPTIONS
+)
+"""The TrainConfig fields that are options, in field order."""
+
+FIXED_TITLE = "settings of the run (fixed once it starts)"
+LIVE_TITLE = "live settings (trainer.set() and the panel change them while it runs)"
+
+
+def option_name(field: str) -> str:
+    """The option of a TrainConfig field.
+
+    Example:
+        >>> option_name("sh_degree")
+        '--sh-degree'
+    """
+    return "--" + field.replace("_", "-")
+
+
+def add_config_options(
+    parser: argparse.ArgumentParser,
+    defaults: Mapping[str, Any] | None = None,
+    default_text: Mapping[str, str] | None = None,
+) -> None:
+    """Add an option for each TrainConfig field of :data:`CONFIG_OPTIONS` to ``parser``.
+
+    Each option parses to ``None`` when left out; give the parsed namespace to
+    :meth:`TrainConfig.from_args` with the same ``defaults``.
+
+    Args:
+        parser: the parser (or argument group holder) to add to.
+        defaults: defaults of this entry point that replace the field's (``gsnb demo``
+            trains SH degree 0); the help shows them.
+        default_text: the help's wording of a default decided later (``"700 on CPU, 3000
+            on GPU"``); :meth:`TrainConfig.from_args` then needs the value as an override.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_config_options(parser, defaults={"sh_degree": 0})
+        >>> "(default: 0)" in parser.format_help()
+        True
+    """
+    defaults = dict(defaults or {})
+    default_text = dict(default_text or {})
+    unknown = sorted((set(defaults) | set(default_text)) - set(CONFIG_OPTIONS))
+    if unknown:
+        raise ValueError(f"no options named {unknown}; the options are {list(CONFIG_OPTIONS)}")
+    docs = attribute_docs(TrainConfig)
+    hints = typing.get_type_hints(TrainConfig)
+    fixed = parser.add_argument_group(FIXED_TITLE)
+    live = parser.add_argument_group(LIVE_TITLE)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in CONFIG_OPTIONS:
+            continue
+        meta = f.metadata
+        group = live if meta.get("knob") and meta.get("live", True) else fixed
+        if f.name in default_text:
+            text = default_text[f.name]
+        elif f.name in defaults:
+            text = show_default(defaults[f.name])
+        else:
+            text = None
+        help_text = option_help(docs.get(f.name, ""), f.default, text)
+        kind = _value_type(hints[f.name])
+        if kind is bool:
+            group.add_argument(
+                option_name(f.name),
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
+            )
+        else:
+            group.add_argument(
+                option_name(f.name),
+                type=kind,
+                choices=meta.get("choices"),
+                default=None,
+                metavar=None if meta.get("choices") else _metavar(kind),
+                help=help_text,
+            )
+
+
+def show_default(value: Any) -> str:
+    """A default as the help shows it: strings quoted, so ``'default'`` reads as a value.
+
+    Example:
+        >>> show_default("default"), show_default(0.2)
+        ("'default'", '0.2')
+    """
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def option_help(doc: str, default: Any, default_text: str | None = None) -> str:
+    """Help of an option from its field's documentation.
+
+    The documentation states the field's default in words (``(default 8, INRIA's
+    convention)``); a default of the entry point (``default_text``) replaces that
+    parenthesis, and a documentation without one gets ``(default: X)``.
+
+    Example:
+        >>> option_help("training steps (default 30000, INRIA). Live.", 30000)
+        'training steps (default 30000, INRIA).'
+        >>> option_help("training steps (default 30000, INRIA). Live.", 30000, "700")
+        'training steps (default: 700).'
+        >>> option_help("``'auto'`` or ``'cpu'``.", "auto")
+        "'auto' or 'cpu' (default: 'auto')."
+    """
+    text = re.sub(r":\w+:`~?([^`]*)`", r"\1", doc).replace("``", "")
+    text = re.sub(r"\s*\bLive\.$", "", text).strip()
+    start = text.find("(default")
+    if default_text is not None and start >= 0:
+        text = (text[:start].rstrip() + text[_closing(text, start) + 1 :]).strip()
+    if default_text is None and (start >= 0 or default is None):
+        return text.replace("%", "%%")  # argparse %-formats help
+    shown = default_text if default_text is not None else show_default(default)
+    stop = "." if text.endswith(".") else ""
+    return f"{text.removesuffix('.')} (default: {shown}){stop}".replace("%", "%%")
+
+
+def stated_defaults() -> dict[str, str]:
+    """The defaults TrainConfig's docstring states in words, ``{field: text}``.
+
+    Example:
+        >>> stated_defaults()["test_every"]
+        '8'
+    """
+    found = {}
+    for name, doc in attribute_docs(TrainConfig).items():
+        match = re.search(r"\(default ([^,;:)]+)", doc)
+        if match:
+            found[name] = match.group(1).strip()
+    return found
+
+
+# ------------------------------------------------- shared non-config options
+def add_strategy_option(parser: argparse.ArgumentParser, default: str = "default") -> None:
+    """``--strategy``: the densification strategy, a Trainer argument rather than a setting.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_strategy_option(parser, default="mcmc")
+        >>> parser.parse_args([]).strategy
+        'mcmc'
+    """
+    parser.add_argument(
+        "--strategy",
+        choices=sorted(STRATEGIES),
+        default=default,
+        help="densification: 'default' (3DGS clone/split/prune, Kerbl et al. 2023) or 'mcmc' "
+        f"(3DGS as MCMC, Kheradmand et al. 2024) (default: {show_default(default)})",
+    )
+
+
+def add_out_option(
+    parser: argparse.ArgumentParser,
+    help: str,
+    default: str | None = None,
+    required: bool = False,
+    deprecated: Sequence[str] = (),
+) -> None:
+    """``--out DIR``: the run's output folder; ``deprecated`` names still work and warn.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_out_option(parser, "checkpoints", deprecated=["--out-dir"])
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     parser.parse_args(["--out-dir", "runs/x"]).out
+        'runs/x'
+        >>> str(caught[0].message)
+        '--out-dir is deprecated; use --out'
+    """
+    shown = f"{help} (default: {default})" if default is not None else help
+    parser.add_argument("--out", metavar="DIR", default=default, required=required, help=shown)
+    for name in deprecated:
+        parser.add_argument(
+            name, dest="out", metavar="DIR", action=_DeprecatedAlias, help=argparse.SUPPRESS
+        )
+
+
+def add_resume_option(parser: argparse.ArgumentParser) -> None:
+    """``--resume CHECKPOINT``: continue a saved run.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_resume_option(parser)
+        >>> parser.parse_args(["--resume", "runs/fox/checkpoint.pt"]).resume
+        'runs/fox/checkpoint.pt'
+    """
+    parser.add_argument(
+        "--resume",
+        metavar="CHECKPOINT",
+        help="continue the run saved in CHECKPOINT with its settings; of the settings, "
+        "only --steps (to extend it) and --device apply",
+    )
+
+
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-progress``: no progress bar.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_progress_option(parser)
+        >>> parser.parse_args(["--no-progress"]).no_progress
+        True
+    """
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+class _DeprecatedAlias(argparse.Action):
+    """Stores its value under the new option's name and warns with the new name."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        # FutureWarning: shown to users by default, unlike DeprecationWarning
+        warnings.warn(f"{option_string} is deprecated; use --out", FutureWarning, stacklevel=2)
+        setattr(namespace, self.dest, values)
+
+
+def _closing(text: str, start: int) -> int:
+    """Index of the parenthesis that closes the one at ``start``."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return len(text) - 1
+
+
+def _value_type(hint: Any) -> type:
+    """``int`` for ``int``, ``float`` for ``float | None``."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    return hint
+
+
+def _metavar(kind: type) -> str:
+    return {int: "N", float: "X", str: "TEXT"}[kind]

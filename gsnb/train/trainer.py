@@ -55,6 +55,11 @@ class Trainer(TrainingControl):
     them may be called from any thread; the model is consistent at every step
     boundary.
 
+    What a run holds: ``model``, ``optimizer``, ``strategy`` and its
+    ``strategy_state``, ``train_images`` (the training views' images and cameras
+    on ``device``), ``background`` (``[3]``), ``renderer`` (``default_renderer``
+    unless one was passed), ``history`` (every step's metrics) and ``evals``.
+
     Args:
         dataset: the views, split and initial points.
         config: settings (:class:`TrainConfig`); default settings when None.

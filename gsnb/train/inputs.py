@@ -115,8 +115,8 @@ class ViewImages:
         >>> from gsnb.data.synthetic import make_synthetic_scene
         >>> data = load_dataset(make_synthetic_scene(tempfile.mkdtemp(), num_views=3, size=16))
         >>> train = ViewImages(data.train, torch.device("cpu"))
-        >>> len(train), train.max_size, train.nbytes
-        (3, (16, 16), 9216)
+        >>> len(train), train.max_size, train.nbytes  # view 0 is held out
+        (2, (16, 16), 6144)
     """
 
     def __init__(self, views: Sequence[View], device: torch.device, progress: bool = False) -> None:

@@ -28,6 +28,7 @@ from common import REPO, environment, write_json
 
 from gsnb.train import TrainConfig, Trainer
 from gsnb.train.losses import photometric_terms
+from gsnb.train.rendering import render_model
 
 RENDERERS = ("gsnb", "gsplat")
 THRESHOLD = 2e-4  # DefaultStrategy.grow_grad2d
@@ -36,15 +37,16 @@ THRESHOLD = 2e-4  # DefaultStrategy.grow_grad2d
 def render_view(trainer: Trainer, name: str, idx: int) -> dict[str, torch.Tensor]:
     """One training view through renderer ``name``: image, visibility and gradients."""
     splats = trainer.model.splats
-    target = trainer._images[idx]
+    target = trainer.train_images.images[idx]
     height, width = target.shape[:2]
-    viewmat, K = trainer._cams[idx]
-    trainer.renderer = trainer._default_renderer if name == "gsnb" else gsplat_renderer
+    viewmat, K = trainer.train_images.cameras[idx]
+    renderer = trainer.default_renderer if name == "gsnb" else gsplat_renderer
     for p in splats.values():
         p.grad = None
-    out = trainer._render(
-        viewmat, K, width, height, trainer.sh_degree_now, trainer._background, False
-    )
+    out = render_model(
+        trainer.model, renderer, viewmat, K, width, height,
+        sh_degree=trainer.sh_degree_now, background=trainer.background,
+    )  # fmt: skip
     means2d = out.meta.means2d
     means2d.retain_grad()
     photometric_terms(out.rgb.squeeze(0), target, trainer.config.ssim_lambda)[0].backward()
@@ -67,7 +69,7 @@ def compare(trainer: Trainer) -> dict[str, Any]:
     count = {k: torch.zeros(n, device=device) for k in RENDERERS}
     rel: dict[str, list[float]] = {}
     mismatch = 0
-    for idx in range(len(trainer._images)):
+    for idx in range(len(trainer.train_images)):
         views = {name: render_view(trainer, name, idx) for name in RENDERERS}
         for name, v in views.items():
             grad2d[name] += torch.where(v["visible"], v["norm"], 0.0)
@@ -78,12 +80,11 @@ def compare(trainer: Trainer) -> dict[str, Any]:
             if key in a and key in b:
                 err = (a[key] - b[key]).norm() / b[key].norm().clamp_min(1e-30)
                 rel.setdefault(key, []).append(float(err))
-    trainer.renderer = trainer._default_renderer
     mean = {k: grad2d[k] / count[k].clamp_min(1) for k in RENDERERS}
     high = {k: mean[k] > THRESHOLD for k in RENDERERS}
     return {
         "gaussians": n,
-        "views": len(trainer._images),
+        "views": len(trainer.train_images),
         "visible_pairs": {k: int(count[k].sum()) for k in RENDERERS},
         "visible_pairs_differing": mismatch,
         "above_threshold": {k: int(high[k].sum()) for k in RENDERERS}

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gsnb._version import __version__
 from gsnb.memory import estimate_peak_memory
 from gsnb.raster import RenderMeta, RenderResult, render, render_splats
 from gsnb.toolchain import build
-
-__version__ = "0.1.0"
 
 __all__ = [
     "RenderMeta",

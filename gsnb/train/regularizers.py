@@ -1,12 +1,19 @@
 """Regularisers on the Gaussians' parameters (raw ``model.splats`` tensors).
 
-Each returns a scalar to add to the loss with a weight.
+Each returns a scalar to add to the loss with a weight; :func:`regularization`
+adds up those a run's settings switch on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from gsnb.train.config import TrainConfig
 
 
 def opacity_l1(opacity_logits: Tensor) -> Tensor:
@@ -56,3 +63,29 @@ def big_scale(log_scales: Tensor, extent: float, limit: float) -> Tensor:
         0.2
     """
     return torch.relu(torch.exp(log_scales.amax(-1)) / extent - limit).mean()
+
+
+def regularization(
+    splats: Mapping[str, Tensor], config: TrainConfig, extent: float, extra: Tensor | None = None
+) -> Tensor | None:
+    """The weighted regularisers ``config`` switches on, added to ``extra`` (a strategy's own).
+
+    ``config.aniso_reg`` weighs :func:`anisotropy` and ``config.big_scale_reg``
+    :func:`big_scale`; None when no term is on.
+
+    Example:
+        >>> import torch
+        >>> from gsnb.train.config import TrainConfig
+        >>> splats = {"scales": torch.log(torch.tensor([[20.0, 1.0, 1.0]]))}
+        >>> regularization(splats, TrainConfig(), 1.0) is None
+        True
+        >>> regularization(splats, TrainConfig(aniso_reg=0.1, aniso_max_ratio=10.0), 1.0).item()
+        1.0
+    """
+    terms = [] if extra is None else [extra]
+    if config.aniso_reg > 0:
+        terms.append(config.aniso_reg * anisotropy(splats["scales"], config.aniso_max_ratio))
+    if config.big_scale_reg > 0:
+        term = big_scale(splats["scales"], extent, config.big_scale_limit)
+        terms.append(config.big_scale_reg * term)
+    return sum(terms) if terms else None  # type: ignore[return-value]

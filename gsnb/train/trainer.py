@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import threading
@@ -16,29 +15,28 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-import gsnb
 from gsnb.model import GaussianModel
-from gsnb.raster import RenderResult, render, render_splats
+from gsnb.raster import RenderResult
 from gsnb.train import checkpoint as ckpt
 from gsnb.train import regularizers
 from gsnb.train.config import TrainConfig
 from gsnb.train.control import TrainingControl
-from gsnb.train.evaluation import EvalResult, image_metrics, lpips_status
+from gsnb.train.evaluation import EvalResult, evaluate_views
 from gsnb.train.health import HealthMonitor, health_sums, signals_from_sums
+from gsnb.train.inputs import ViewImages, ViewOrder, initial_model, step_background
 from gsnb.train.interrupts import InterruptGuard
 from gsnb.train.knobs import Knob, check_value, describe_knobs
 from gsnb.train.losses import photometric_terms, psnr_from_mse
-from gsnb.train.memory import check_gpu_memory
+from gsnb.train.memory import MemoryWatch
 from gsnb.train.metrics import StepMetrics
 from gsnb.train.optim import learning_rates, make_optimizer, set_learning_rates
+from gsnb.train.rendering import BackendRenderer, Renderer, render_model, screen_absgrad
 from gsnb.train.strategy import Strategy, make_strategy
 
 if TYPE_CHECKING:
     from gsnb.data.dataset import SceneDataset, View
 
-Renderer = Callable[..., RenderResult]
 CHECKPOINT_NAME = "checkpoint.pt"
-PEAK_EVERY = 20  # steps between reads of the peak GPU memory
 
 
 class Trainer(TrainingControl):
@@ -56,6 +54,11 @@ class Trainer(TrainingControl):
     :meth:`evaluate`, :meth:`save_checkpoint` and :meth:`resume_from`. All of
     them may be called from any thread; the model is consistent at every step
     boundary.
+
+    What a run holds: ``model``, ``optimizer``, ``strategy`` and its
+    ``strategy_state``, ``train_images`` (the training views' images and cameras
+    on ``device``), ``background`` (``[3]``), ``renderer`` (``default_renderer``
+    unless one was passed), ``history`` (every step's metrics) and ``evals``.
 
     Args:
         dataset: the views, split and initial points.
@@ -97,37 +100,35 @@ class Trainer(TrainingControl):
             strategy if isinstance(strategy, Strategy) else make_strategy(strategy or "default")
         )
         self.device = _resolve_device(cfg.device)
-        options = {"backend": cfg.backend, "check_values": False, "with_depth": False}
-        self._default_renderer: Renderer = functools.partial(render, **options)
-        # The default renders the parameters as stored (the CUDA kernels apply exp and sigmoid).
-        self._render_stored: Renderer = functools.partial(render_splats, **options)
-        self.renderer: Renderer = renderer or self._default_renderer
+        self.default_renderer = BackendRenderer(cfg.backend)
+        self.renderer: Renderer = renderer or self.default_renderer
         self.extent = float(dataset.extent)
         if not math.isfinite(self.extent) or self.extent <= 0:
             raise ValueError(f"dataset.extent must be a positive number, got {dataset.extent!r}")
-        self._train_views = list(dataset.train)
-        if not self._train_views:
+        if not dataset.train:
             raise ValueError(
                 "the dataset has no training views (zero images, or every view is held out); "
                 "check the image folder, or load it with a larger test_every"
             )
         self._gen = torch.Generator(self.device).manual_seed(cfg.seed)
-        self._order_gen = torch.Generator().manual_seed(cfg.seed)
-        self.model = (model if model is not None else self._initial_model()).to(self.device)
-        views = self._train_views
-        if progress:
-            from tqdm.auto import tqdm
-
-            views = tqdm(views, desc="loading images", unit="image", leave=False)
-        self._images = [self._load(v) for v in views]
-        self._test_images: list[Tensor] | None = None
-        self._cams = [self._camera(v) for v in self._train_views]
-        self._background = torch.tensor(dataset.background, dtype=torch.float32, device=self.device)
+        self._order = ViewOrder(len(dataset.train), cfg.seed)
+        if model is None:
+            model = initial_model(
+                dataset.points,
+                dataset.points_rgb,
+                sh_degree=cfg.sh_degree,
+                init_opacity=_or_default(cfg.init_opacity, self.strategy.init_opacity),
+                init_scale=_or_default(cfg.init_scale, self.strategy.init_scale),
+                max_points=cfg.max_init_points,
+                generator=self._order.generator,
+            )
+        self.model = model.to(self.device)
+        self.train_images = ViewImages(dataset.train, self.device, progress)
+        self._test_images: ViewImages | None = None
+        self.background = torch.tensor(dataset.background, dtype=torch.float32, device=self.device)
         self.optimizer = make_optimizer(self.model.splats, learning_rates(cfg, 0, self.extent))
         self.strategy_state: dict[str, Any] = self.strategy.initialize_state(self.extent)
         self._step = 0
-        self._order = torch.empty(0, dtype=torch.long)
-        self._order_pos = 0
         self.skipped_steps = 0
         self.history: list[StepMetrics] = []
         self.evals: list[EvalResult] = []
@@ -138,83 +139,10 @@ class Trainer(TrainingControl):
         self._pending: dict[str, Any] = {}
         self._pending_lock = threading.Lock()
         self._init_control()
-        self._memory_checked_at = 0
         self._committing = False
-        self._check_memory()
-        self._peak_bytes: int | None = None
-
-    def _gpu_peak(self, changed: bool) -> int | None:
-        """Peak GPU memory allocated so far (bytes; None on CPU).
-
-        Read at every ``PEAK_EVERY``-th step, after densification and when unknown
-        (first step, after a resume): torch builds the
-        allocator's whole statistics dictionary in Python for each read (about
-        0.2 ms, several percent of a step).
-        """
-        if self.device.type != "cuda":
-            return None
-        if changed or self._peak_bytes is None or self._step % PEAK_EVERY == 0:
-            self._peak_bytes = torch.cuda.max_memory_allocated(self.device)
-        return self._peak_bytes
-
-    def _check_memory(self) -> None:
-        self._memory_checked_at = self.num_gaussians
-        width = max(v.width for v in self._train_views)
-        height = max(v.height for v in self._train_views)
-        images = sum(image.numel() * image.element_size() for image in self._images)
-        check_gpu_memory(
-            self.num_gaussians, width, height, self.model.sh_degree, self.device, images
-        )
-
-    # ------------------------------------------------------------------ setup
-    def _initial_model(self) -> GaussianModel:
-        cfg, data = self.config, self.dataset
-        points = torch.as_tensor(data.points, dtype=torch.float32)
-        colors = torch.as_tensor(data.points_rgb, dtype=torch.float32)
-        if points.dim() != 2 or points.shape[-1] != 3 or points.shape[0] == 0:
-            raise ValueError(
-                f"the dataset's initial points have shape {list(points.shape)}; a non-empty "
-                "[P, 3] point cloud is needed (or pass model=)"
-            )
-        if not bool(torch.isfinite(points).all()):
-            bad = int((~torch.isfinite(points)).any(-1).sum())
-            raise ValueError(
-                f"{bad} of {points.shape[0]} initial points hold NaN or Inf; clean the point "
-                "cloud or delete it to start from random points"
-            )
-        if 0 < cfg.max_init_points < points.shape[0]:
-            keep = torch.randperm(points.shape[0], generator=self._order_gen)[: cfg.max_init_points]
-            keep = keep.sort().values
-            points, colors = points[keep], colors[keep]
-        init_opacity = (
-            cfg.init_opacity if cfg.init_opacity is not None else self.strategy.init_opacity
-        )
-        init_scale = cfg.init_scale if cfg.init_scale is not None else self.strategy.init_scale
-        return GaussianModel.from_points(
-            points,
-            colors,
-            sh_degree=cfg.sh_degree,
-            init_opacity=init_opacity,
-            init_scale=init_scale,
-        )
-
-    def _load(self, view: View) -> Tensor:
-        image = view.load_image()
-        if tuple(image.shape) != (view.height, view.width, 3):
-            raise ValueError(
-                f"image of view {view.name} has shape {list(image.shape)}; the view says "
-                f"[{view.height}, {view.width}, 3]"
-            )
-        return image.to(self.device, torch.float32)
-
-    def _camera(self, view: View) -> tuple[Tensor, Tensor]:
-        viewmat = torch.as_tensor(view.viewmat, dtype=torch.float32)
-        K = torch.as_tensor(view.K, dtype=torch.float32)
-        if not (bool(torch.isfinite(viewmat).all()) and bool(torch.isfinite(K).all())):
-            raise ValueError(
-                f"view {view.name} has a non-finite pose or intrinsics; fix its camera"
-            )
-        return viewmat[None].to(self.device), K[None].to(self.device)
+        width, height = self.train_images.max_size
+        self._memory = MemoryWatch(self.device, width, height, self.train_images.nbytes)
+        self._memory.check(self.num_gaussians, self.model.sh_degree)
 
     # --------------------------------------------------------------- the step
     @property
@@ -265,42 +193,18 @@ class Trainer(TrainingControl):
                     "Gaussians (MCMC cap_max, or a higher grow_grad2d)"
                 ) from err
 
-    def _next_view(self) -> int:
-        if self._order_pos >= len(self._order):
-            self._order = torch.randperm(len(self._train_views), generator=self._order_gen)
-            self._order_pos = 0
-        idx = int(self._order[self._order_pos])
-        self._order_pos += 1
-        return idx
-
-    def _regularization(self) -> Tensor | None:
-        cfg, splats = self.config, self.model.splats
-        terms = []
-        extra = self.strategy.regularization(splats)
-        if extra is not None:
-            terms.append(extra)
-        if cfg.aniso_reg > 0:
-            terms.append(
-                cfg.aniso_reg * regularizers.anisotropy(splats["scales"], cfg.aniso_max_ratio)
-            )
-        if cfg.big_scale_reg > 0:
-            term = regularizers.big_scale(splats["scales"], self.extent, cfg.big_scale_limit)
-            terms.append(cfg.big_scale_reg * term)
-        return sum(terms) if terms else None  # type: ignore[return-value]
-
     def _train_step(self) -> StepMetrics:
         # An exception before the commit (Ctrl-C, a renderer error, out of memory)
         # must leave no trace, not even in the random streams, so that the run
         # stays equal to one that never saw it.
-        saved = (self._order, self._order_pos, self._gen.get_state(), self._order_gen.get_state())
+        saved_order, saved_gen = self._order.state(), self._gen.get_state()
         step = self._step
         try:
             return self._train_step_unsafe()
         except BaseException:
             if self._step == step and not self._committing:
-                self._order, self._order_pos = saved[0], saved[1]
-                self._gen.set_state(saved[2])
-                self._order_gen.set_state(saved[3])
+                self._order.load_state(saved_order)
+                self._gen.set_state(saved_gen)
                 self.optimizer.zero_grad(set_to_none=True)
             raise
         finally:
@@ -311,15 +215,12 @@ class Trainer(TrainingControl):
         cfg, step = self.config, self._step
         rates = learning_rates(cfg, step, self.extent)
         set_learning_rates(self.optimizer, rates)
-        idx = self._next_view()
-        target = self._images[idx]
+        idx = self._order.next()
+        target = self.train_images.images[idx]
         height, width = target.shape[:2]
-        viewmat, K = self._cams[idx]
+        viewmat, K = self.train_images.cameras[idx]
         degree = self.sh_degree_now
-        if cfg.random_background:
-            bg = torch.rand(3, generator=self._gen, device=self.device)
-        else:
-            bg = self._background
+        bg = step_background(self.background, cfg.random_background, self._gen)
         self.optimizer.zero_grad(set_to_none=True)
 
         out = self._render(viewmat, K, width, height, degree, bg, self.strategy.absgrad)
@@ -328,7 +229,9 @@ class Trainer(TrainingControl):
             means2d.retain_grad()
         rgb = out.rgb.squeeze(0)  # a view: its backward launches nothing (indexing's would)
         loss, l1, ssim_value, mse = photometric_terms(rgb, target, cfg.ssim_lambda)
-        extra = self._regularization()
+        extra = regularizers.regularization(
+            self.model.splats, cfg, self.extent, self.strategy.regularization(self.model.splats)
+        )
         if extra is not None:
             loss = loss + extra
         loss.backward()
@@ -358,7 +261,7 @@ class Trainer(TrainingControl):
                     "width": width,
                     "height": height,
                     "n_cameras": 1,
-                    "absgrad": _absgrad(out),
+                    "absgrad": screen_absgrad(out),
                 }
                 counts = self.strategy.step_post_backward(
                     self.model.splats,
@@ -374,10 +277,10 @@ class Trainer(TrainingControl):
                 self.skipped_steps += 1
             self.optimizer.zero_grad(set_to_none=True)
             self._step += 1
-        if events and self.num_gaussians > 1.1 * self._memory_checked_at:
-            self._check_memory()
+        if events:
+            self._memory.check_growth(self.num_gaussians, self.model.sh_degree)
         warns = self._health.check(self._step, host, cfg.warn_scale, cfg.skip_nonfinite)
-        gpu_mem = self._gpu_peak(bool(events))
+        gpu_mem = self._memory.peak(self._step, changed=bool(events))
         return StepMetrics(
             step=self._step,
             loss=host["loss"],
@@ -397,7 +300,7 @@ class Trainer(TrainingControl):
             mean_opacity=host["mean_opacity"],
             skipped=skipped,
             skipped_total=self.skipped_steps,
-            view=self._train_views[idx].name,
+            view=self.train_images.views[idx].name,
             events=events,
             warnings=warns,
         )
@@ -472,11 +375,6 @@ class Trainer(TrainingControl):
         return lambda: self._eval_callbacks.remove(callback)
 
     # -------------------------------------------------------- evaluation
-    def _test_targets(self) -> list[Tensor]:
-        if self._test_images is None:
-            self._test_images = [self._load(v) for v in self.dataset.test]
-        return self._test_images
-
     def _render(
         self,
         viewmat: Tensor,
@@ -487,15 +385,9 @@ class Trainer(TrainingControl):
         background: Tensor,
         absgrad: bool,
     ) -> RenderResult:
-        if self.renderer is self._default_renderer:
-            return self._render_stored(
-                self.model.splats, viewmat, K, width, height, sh_degree=degree,
-                backgrounds=background, absgrad=absgrad,
-            )  # fmt: skip
-        a = self.model.activated()
-        return self.renderer(
-            a["means"], a["quats"], a["scales"], a["opacities"], a["colors"], viewmat, K,
-            width, height, sh_degree=degree, backgrounds=background, absgrad=absgrad,
+        return render_model(
+            self.model, self.renderer, viewmat, K, width, height,
+            sh_degree=degree, background=background, absgrad=absgrad,
         )  # fmt: skip
 
     @torch.no_grad()
@@ -518,7 +410,7 @@ class Trainer(TrainingControl):
         K = torch.as_tensor(K, dtype=torch.float32, device=self.device).reshape(1, 3, 3)
         with self._shared_access():
             degree = self.sh_degree_now if sh_degree is None else sh_degree
-            return self._render(viewmat, K, width, height, degree, self._background, False)
+            return self._render(viewmat, K, width, height, degree, self.background, False)
 
     def render_view(self, view: View, sh_degree: int | None = None) -> RenderResult:
         """Render the current Gaussians from ``view``'s camera (over the dataset background).
@@ -538,37 +430,24 @@ class Trainer(TrainingControl):
         """
         if split not in ("test", "train"):
             raise ValueError(f"split must be 'test' or 'train', got {split!r}")
-        start = time.perf_counter()
         with self._shared_access():
-            if split == "test":
-                views, targets = self.dataset.test, None
-                if not views:
-                    raise ValueError(
-                        "the dataset has no test views (loaded with test_every=0); "
-                        "use evaluate('train')"
-                    )
-                targets = self._test_targets()
+            if split == "train":
+                images = self.train_images
+            elif not self.dataset.test:
+                raise ValueError(
+                    "the dataset has no test views (loaded with test_every=0); "
+                    "use evaluate('train')"
+                )
             else:
-                views, targets = self._train_views, self._images
-            count = len(views) if max_views is None else min(max_views, len(views))
-            with_lpips, note = lpips_status()
-            rows = []
-            lp_values = []
-            for view, target in zip(views[:count], targets[:count], strict=True):
-                rgb = self.render_view(view).rgb[0]
-                p, s, lp = image_metrics(rgb, target, with_lpips)
-                rows.append((view.name, p, s))
-                if lp is not None:
-                    lp_values.append(lp)
-            result = EvalResult(
-                step=self._step,
-                psnr=sum(r[1] for r in rows) / len(rows),
-                ssim=sum(r[2] for r in rows) / len(rows),
-                lpips=sum(lp_values) / len(lp_values) if lp_values else None,
-                lpips_note=note,
-                num_views=len(rows),
-                per_view=rows,
-                seconds=time.perf_counter() - start,
+                if self._test_images is None:
+                    self._test_images = ViewImages(self.dataset.test, self.device)
+                images = self._test_images
+            count = len(images) if max_views is None else min(max_views, len(images))
+            result = evaluate_views(
+                lambda view: self.render_view(view).rgb[0],
+                images.views[:count],
+                images.images[:count],
+                self._step,
             )
             self.evals.append(result)
         for callback in list(self._eval_callbacks):
@@ -591,32 +470,19 @@ class Trainer(TrainingControl):
         if target is None:
             raise ValueError("no checkpoint path: pass one, or set config.out_dir")
         with self._shared_access():
-            payload = {
-                "gsnb_version": gsnb.__version__,
-                "step": self._step,
-                "config": self.config.to_dict(),
-                "strategy": {
-                    "settings": self.strategy.to_dict(),
-                    "state": ckpt.to_cpu(self.strategy_state),
-                },
-                "splats": ckpt.to_cpu(dict(self.model.splats.items())),
-                "optimizer": ckpt.to_cpu(self.optimizer.state_dict()),
-                "rng": {
-                    "device": self._gen.get_state(),
-                    "device_type": self.device.type,
-                    "order": self._order_gen.get_state(),
-                },
-                "data_order": {
-                    "views": [v.name for v in self._train_views],
-                    "sizes": [[v.width, v.height] for v in self._train_views],
-                    "order": self._order.clone(),
-                    "pos": self._order_pos,
-                },
-                "skipped_steps": self.skipped_steps,
-                "pending_knobs": self.pending_knobs,
-            }
-        if target.parent != Path("") and not target.parent.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
+            payload = ckpt.training_payload(
+                step=self._step,
+                config=self.config,
+                strategy=self.strategy,
+                strategy_state=self.strategy_state,
+                model=self.model,
+                optimizer=self.optimizer,
+                generator=self._gen,
+                view_order=self._order,
+                views=self.train_images.views,
+                skipped_steps=self.skipped_steps,
+                pending_knobs=self.pending_knobs,
+            )
         return ckpt.write_checkpoint(target, payload)
 
     @classmethod
@@ -639,16 +505,8 @@ class Trainer(TrainingControl):
             >>> Trainer.resume_from(path).step_count == trainer.step_count
             True
         """
-        payload = ckpt.read_checkpoint(path)
-        try:
-            config = TrainConfig.from_dict(dict(payload["config"]))
-            settings = dict(payload["strategy"]["settings"])
-            strategy = make_strategy(settings.pop("name"), **settings)
-            model = GaussianModel(payload["splats"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise ckpt.CheckpointError(
-                f"checkpoint {path} holds invalid settings or tensors: {err}"
-            ) from err
+        state = ckpt.read_training_state(path)
+        config = state.config
         if device is not None:
             config.device = device
         if dataset is None:
@@ -659,63 +517,22 @@ class Trainer(TrainingControl):
             dataset = load_dataset(
                 config.data, downscale=config.downscale, test_every=config.test_every
             )
-        trainer = cls(dataset, config, strategy=strategy, renderer=renderer, model=model)
-        trainer._restore(payload, str(path))
+        trainer = cls(
+            dataset, config, strategy=state.strategy, renderer=renderer, model=state.model
+        )
+        trainer._restore(state)
         return trainer
 
-    def _restore(self, payload: dict[str, Any], source: str) -> None:
-        order = payload["data_order"]
-        names = [v.name for v in self._train_views]
-        if list(order["views"]) != names:
-            raise ckpt.CheckpointError(
-                f"checkpoint {source} was trained on {len(order['views'])} views "
-                f"({', '.join(list(order['views'])[:3])}, ...) but this dataset's training views "
-                f"are {len(names)} ({', '.join(names[:3])}, ...); load the same data and split"
-            )
-        sizes = [[v.width, v.height] for v in self._train_views]
-        saved = [list(size) for size in order.get("sizes", sizes)]
-        if saved != sizes:
-            first = next(i for i, (a, b) in enumerate(zip(saved, sizes, strict=True)) if a != b)
-            raise ckpt.CheckpointError(
-                f"checkpoint {source} was trained on {names[first]} at "
-                f"{saved[first][0]}x{saved[first][1]} px but the dataset has it at "
-                f"{sizes[first][0]}x{sizes[first][1]}; load the data with the same downscale"
-            )
-        try:
-            self.optimizer.load_state_dict(payload["optimizer"])
-        except (KeyError, ValueError, TypeError) as err:
-            raise ckpt.CheckpointError(
-                f"checkpoint {source} has an unusable optimizer state: {err}"
-            ) from err
-        for group in self.optimizer.param_groups:
-            param = group["params"][0]
-            for key, value in self.optimizer.state.get(param, {}).items():
-                if key != "step" and isinstance(value, Tensor) and value.shape != param.shape:
-                    raise ckpt.CheckpointError(
-                        f"checkpoint {source}: Adam state {key} of {group['name']} has shape "
-                        f"{list(value.shape)} but the parameter has {list(param.shape)}"
-                    )
-        state = payload["strategy"]["state"]
-        self.strategy_state = {
-            k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in state.items()
-        }
-        self._step = int(payload["step"])
-        self._peak_bytes = None  # read afresh at the next step
-        self._order = torch.as_tensor(order["order"], dtype=torch.long)
-        self._order_pos = int(order["pos"])
-        self._order_gen.set_state(payload["rng"]["order"])
-        if payload["rng"]["device_type"] == self.device.type:
-            self._gen.set_state(payload["rng"]["device"])
-        else:
-            warnings.warn(
-                f"checkpoint {source} comes from a {payload['rng']['device_type']} run; on "
-                f"{self.device.type} its random draws continue from a fresh seed",
-                stacklevel=3,
-            )
-        self.skipped_steps = int(payload.get("skipped_steps", 0))
-        pending = payload.get("pending_knobs") or {}
-        if pending:
-            self.set(**pending)
+    def _restore(self, state: ckpt.TrainingState) -> None:
+        state.check_views(self.train_images.views)
+        state.restore_optimizer(self.optimizer)
+        self.strategy_state = state.strategy_state(self.device)
+        self._step = state.step
+        self._memory.forget_peak()
+        state.restore_random(self._order, self._gen)
+        self.skipped_steps = state.skipped_steps
+        if state.pending_knobs:
+            self.set(**state.pending_knobs)
 
     def __repr__(self) -> str:
         return (
@@ -724,10 +541,8 @@ class Trainer(TrainingControl):
         )
 
 
-def _absgrad(out: RenderResult) -> Tensor | None:
-    meta = out.meta
-    found = getattr(meta, "absgrad", None)
-    return found if found is not None else getattr(meta.means2d, "absgrad", None)
+def _or_default(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def _resolve_device(name: str) -> torch.device:

@@ -33,7 +33,7 @@ def test_the_same_renderer_twice_sees_the_same_inputs(trainer, monkeypatch):
     assert r["visible_pairs_differing"] == 0
     assert r["above_threshold"]["gsnb"] == r["above_threshold"]["gsplat"]
     assert all(v["max"] == 0 for v in r["relative_l2_per_view"].values())
-    assert trainer.renderer is trainer._default_renderer
+    assert trainer.renderer is trainer.default_renderer
 
 
 def test_a_different_renderer_shows(trainer, monkeypatch):

@@ -1,4 +1,5 @@
-"""Checkpoints: exact resumption, atomic writes under faults, clear errors for bad files."""
+"""Checkpoints: exact resumption, atomic writes under faults, clear errors for bad files,
+and the training state read and written without a trainer."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from gsnb.data.dataset import View
 from gsnb.model import GaussianModel
 from gsnb.train import CheckpointError, DefaultStrategy, MCMCStrategy, TrainConfig, Trainer
-from gsnb.train.checkpoint import read_checkpoint
+from gsnb.train.checkpoint import (
+    read_checkpoint,
+    read_training_state,
+    training_payload,
+    write_checkpoint,
+)
+from gsnb.train.inputs import ViewOrder
+from gsnb.train.optim import learning_rates, make_optimizer
 
 
 def params_equal(a: Trainer, b: Trainer) -> bool:
@@ -158,3 +167,84 @@ def test_unwritable_path_raises_and_writes_nothing(make_scene, tmp_path: Path) -
     assert [p.name for p in out.iterdir()] == ["a_file"]
     with pytest.raises(ValueError, match="no checkpoint path"):
         trainer.save_checkpoint()
+
+
+def named_views(sizes: list[tuple[int, int]]) -> list[View]:
+    """Views with a name and a size only (no image is read)."""
+    return [
+        View(f"{i:03d}.png", Path(f"{i:03d}.png"), w, h, torch.eye(3), torch.eye(4))
+        for i, (w, h) in enumerate(sizes)
+    ]
+
+
+def test_training_state_round_trip_without_a_trainer(tmp_path: Path) -> None:
+    config = TrainConfig(steps=50, sh_degree=1, ssim_lambda=0.3)
+    strategy = MCMCStrategy(cap_max=77)
+    model = GaussianModel.from_points(torch.rand(12, 3), torch.rand(12, 3), sh_degree=1)
+    optimizer = make_optimizer(model.splats, learning_rates(config, 0, 1.0))
+    sum(p.square().sum() for p in model.splats.values()).backward()
+    optimizer.step()  # Adam now holds moments
+    strategy_state = strategy.initialize_state(2.0) | {"count": torch.arange(12.0)}
+    generator = torch.Generator().manual_seed(5)
+    torch.rand(3, generator=generator)
+    order = ViewOrder(3, seed=1)
+    for _ in range(4):  # into the second epoch
+        order.next()
+    views = named_views([(16, 12), (16, 12), (8, 6)])
+
+    payload = training_payload(
+        step=7, config=config, strategy=strategy, strategy_state=strategy_state, model=model,
+        optimizer=optimizer, generator=generator, view_order=order, views=views,
+        skipped_steps=2, pending_knobs={"lr_scales": 0.01},
+    )  # fmt: skip
+    path = write_checkpoint(tmp_path / "new" / "c.pt", payload)  # the folder is made
+    state = read_training_state(path)
+
+    assert (state.step, state.skipped_steps, state.pending_knobs) == (7, 2, {"lr_scales": 0.01})
+    assert state.config == config
+    assert isinstance(state.strategy, MCMCStrategy) and state.strategy.cap_max == 77
+    assert all(torch.equal(state.model.splats[k], model.splats[k]) for k in model.splats)
+    fresh = make_optimizer(state.model.splats, learning_rates(config, 0, 1.0))
+    state.restore_optimizer(fresh)
+    for ga, gb in zip(optimizer.param_groups, fresh.param_groups, strict=True):
+        for key in ("exp_avg", "exp_avg_sq"):
+            a, b = optimizer.state[ga["params"][0]][key], fresh.state[gb["params"][0]][key]
+            assert torch.equal(a, b), (ga["name"], key)
+    restored = state.strategy_state(torch.device("cpu"))
+    assert restored["scene_scale"] == 2.0 and torch.equal(restored["count"], torch.arange(12.0))
+    # the view order and the random draws continue where they were
+    order_again, generator_again = ViewOrder(3, seed=99), torch.Generator().manual_seed(0)
+    state.restore_random(order_again, generator_again)
+    assert [order_again.next() for _ in range(8)] == [order.next() for _ in range(8)]
+    assert torch.equal(torch.rand(4, generator=generator_again), torch.rand(4, generator=generator))
+    state.check_views(views)
+
+
+def test_training_state_refuses_what_does_not_fit(tmp_path: Path) -> None:
+    config = TrainConfig()
+    model = GaussianModel.from_points(torch.rand(6, 3), torch.rand(6, 3))
+    optimizer = make_optimizer(model.splats, learning_rates(config, 0, 1.0))
+    sum(p.sum() for p in model.splats.values()).backward()
+    optimizer.step()
+    views = named_views([(16, 12), (8, 6)])
+    strategy = DefaultStrategy()
+    payload = training_payload(
+        step=1, config=config, strategy=strategy, strategy_state=strategy.initialize_state(1.0),
+        model=model, optimizer=optimizer, generator=torch.Generator(),
+        view_order=ViewOrder(2, seed=0), views=views,
+    )  # fmt: skip
+    state = read_training_state(write_checkpoint(tmp_path / "c.pt", payload))
+    with pytest.raises(CheckpointError, match="trained on 2 views"):
+        state.check_views(views[:1])
+    with pytest.raises(CheckpointError, match=r"001\.png at 8x6 px but the dataset has it at 4x3"):
+        state.check_views(named_views([(16, 12), (4, 3)]))
+    other = GaussianModel.from_points(torch.rand(9, 3), torch.rand(9, 3))
+    with pytest.raises(CheckpointError, match=r"Adam state exp_avg of means has shape \[6, 3\]"):
+        state.restore_optimizer(make_optimizer(other.splats, learning_rates(config, 0, 1.0)))
+    # a run on another kind of device keeps its fresh seed, with a warning
+    state.payload["rng"]["device_type"] = "cuda"
+    generator = torch.Generator().manual_seed(3)
+    with pytest.warns(UserWarning, match="comes from a cuda run"):
+        state.restore_random(ViewOrder(2, seed=0), generator)
+    fresh = torch.Generator().manual_seed(3)
+    assert torch.equal(torch.rand(2, generator=generator), torch.rand(2, generator=fresh))

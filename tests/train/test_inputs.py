@@ -1,0 +1,69 @@
+"""What training reads from its dataset: first Gaussians, images and cameras, view order."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from gsnb.data.dataset import View
+from gsnb.train.inputs import ViewImages, ViewOrder, initial_model, step_background, view_camera
+
+
+def test_every_epoch_is_a_permutation_and_the_seed_fixes_the_order() -> None:
+    order = ViewOrder(5, seed=3)
+    epochs = [[order.next() for _ in range(5)] for _ in range(4)]
+    assert all(sorted(e) == list(range(5)) for e in epochs)
+    assert len({tuple(e) for e in epochs}) > 1  # reshuffled each epoch
+    again = ViewOrder(5, seed=3)
+    assert [again.next() for _ in range(20)] == [i for e in epochs for i in e]
+
+
+def test_initial_model_subsamples_with_the_generator() -> None:
+    points, colors = torch.rand(40, 3), torch.rand(40, 3)
+
+    def pick(seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed)
+        model = initial_model(points, colors, sh_degree=2, init_opacity=0.3, init_scale=1.0,
+                              max_points=10, generator=g)  # fmt: skip
+        return model.splats["means"].detach()
+
+    a, b, c = pick(0), pick(0), pick(1)
+    assert a.shape == (10, 3) and torch.equal(a, b) and not torch.equal(a, c)
+    rows = [int((points == row).all(-1).nonzero()) for row in a]
+    assert rows == sorted(rows)  # the points keep their order
+    whole = initial_model(points, colors, sh_degree=0, init_opacity=0.3, init_scale=1.0)
+    assert whole.num_gaussians == 40
+    assert torch.sigmoid(whole.splats["opacities"]).allclose(torch.tensor(0.3))
+
+
+def test_images_and_cameras_of_views(tmp_path: Path) -> None:
+    from PIL import Image
+
+    Image.new("RGB", (10, 6), (255, 0, 0)).save(tmp_path / "a.png")
+    Image.new("RGB", (8, 4), (0, 0, 255)).save(tmp_path / "b.png")
+    K = torch.tensor([[10.0, 0, 5], [0, 10, 3], [0, 0, 1]])
+    views = [
+        View("a.png", tmp_path / "a.png", 10, 6, K, torch.eye(4)),
+        View("b.png", tmp_path / "b.png", 8, 4, K, torch.eye(4)),
+    ]
+    loaded = ViewImages(views, torch.device("cpu"))
+    assert len(loaded) == 2 and loaded.max_size == (10, 6)
+    assert loaded.nbytes == (10 * 6 + 8 * 4) * 3 * 4
+    assert loaded.images[1].shape == (4, 8, 3) and loaded.images[1][0, 0].tolist() == [0, 0, 1]
+    viewmat, K1 = loaded.cameras[0]
+    assert viewmat.shape == (1, 4, 4) and torch.equal(K1[0], K)
+    bad = View("c.png", tmp_path / "a.png", 10, 6, torch.full((3, 3), math.nan), torch.eye(4))
+    with pytest.raises(ValueError, match=r"view c\.png has a non-finite pose or intrinsics"):
+        view_camera(bad, torch.device("cpu"))
+
+
+def test_random_backgrounds_come_from_the_generator() -> None:
+    black = torch.zeros(3)
+    g1, g2 = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    first = step_background(black, True, g1)
+    assert torch.equal(first, step_background(black, True, g2))
+    assert not torch.equal(first, step_background(black, True, g1))
+    assert ((first >= 0) & (first < 1)).all()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from torch import Tensor
 from gsnb.cameras import scale_intrinsics
 from gsnb.export.upscale import lanczos_resize, to_uint8
 from gsnb.model import GaussianModel
+from gsnb.utils.atomic import make_temporary
 
 
 @torch.no_grad()
@@ -195,17 +195,9 @@ def _check_frame(frame: np.ndarray, first: tuple[int, ...] | None) -> None:
 @contextlib.contextmanager
 def _temporary_file_beside(target: Path, suffix: str) -> Iterator[Path]:
     """A temporary path beside ``target``, renamed to ``target`` on success, removed on error."""
-    folder = target.parent
-    if not folder.is_dir():
-        raise OSError(f"cannot write {target}: folder {folder} does not exist")
     if target.is_dir():
         raise IsADirectoryError(f"cannot write {target}: it is a folder; give a file name")
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".tmp{suffix}", dir=folder)
-    except OSError as err:
-        raise OSError(
-            f"cannot write {target}: {err.strerror or err} (is {folder} writable?)"
-        ) from err
+    fd, name = make_temporary(target, suffix=f".tmp{suffix}")
     os.close(fd)
     try:
         yield Path(name)

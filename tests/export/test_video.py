@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import imageio.v2 as imageio
 import imageio_ffmpeg
@@ -105,3 +106,12 @@ def test_failure_while_streaming_leaves_the_old_video(tmp_path):
         write_video(target, failing(), progress=False)
     assert target.read_bytes() == before
     assert os.listdir(tmp_path) == ["out.mp4"]
+
+
+def test_video_gets_the_permissions_open_would_give(tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_video(tmp_path / "shared.mp4", [np.zeros((8, 8, 3), np.uint8)] * 2, progress=False)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "shared.mp4").stat().st_mode) == 0o644

@@ -10,8 +10,8 @@ Both take every setting of :class:`~gsnb.train.config.TrainConfig` as an option
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -74,7 +74,6 @@ def train(args: argparse.Namespace) -> int:
     """
     out = Path(args.out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
         if args.resume:
             trainer = _resume(args, out)
         else:
@@ -83,18 +82,27 @@ def train(args: argparse.Namespace) -> int:
             config = train_config(args)
             data = load_dataset(args.data, downscale=config.downscale, test_every=config.test_every)
             trainer = Trainer(data, config, strategy=args.strategy, progress=not args.no_progress)
+        out.mkdir(parents=True, exist_ok=True)  # only once the data loaded: no empty folders
     except (OSError, ValueError, RuntimeError) as err:
         print(f"gsnb train: error: {err}", file=sys.stderr)
         return 1
-    return _train_and_report(trainer, out, "gsnb train", progress=not args.no_progress)
+
+    def again(path: Path) -> list[str]:
+        return ["gsnb", "train", str(args.data), "--out", str(out), "--resume", str(path)]
+
+    return _train_and_report(trainer, out, "gsnb train", not args.no_progress, resume=again)
 
 
 def _resume(args: argparse.Namespace, out: Path) -> Trainer:
+    """The run saved in ``args.resume``, on ``args.data`` (default: the data it recorded)."""
     from gsnb.data.dataset import load_dataset
     from gsnb.train.checkpoint import read_checkpoint
 
     saved = read_checkpoint(args.resume)["config"]
-    data = load_dataset(args.data, downscale=saved["downscale"], test_every=saved["test_every"])
+    folder = getattr(args, "data", None) or saved.get("data")
+    if folder is None:
+        raise ValueError(f"checkpoint {args.resume} records no dataset folder; name it")
+    data = load_dataset(folder, downscale=saved["downscale"], test_every=saved["test_every"])
     device = None if args.device in (None, "auto") else args.device
     trainer = Trainer.resume_from(args.resume, data, device=device)
     trainer.config.out_dir = str(out)
@@ -103,26 +111,51 @@ def _resume(args: argparse.Namespace, out: Path) -> Trainer:
     return trainer
 
 
+def interrupted_text(name: str, trainer: Trainer, resume: Callable[[Path], list[str]]) -> str:
+    """What to say after Ctrl-C: the checkpoint this run wrote and the command that continues it.
+
+    Only a checkpoint this trainer wrote is named, with the step it holds.
+
+    Example:
+        >>> import tempfile
+        >>> again = lambda path: ["gsnb", "demo", "--resume", str(path)]
+        >>> print(interrupted_text("gsnb demo", trainer, again))
+        gsnb demo: interrupted after step 0; this run wrote no checkpoint, so it cannot be continued
+        >>> path = trainer.save_checkpoint(tempfile.mkdtemp() + "/checkpoint.pt")
+        >>> print(interrupted_text("gsnb demo", trainer, again))  # doctest: +ELLIPSIS
+        gsnb demo: interrupted after step 0; checkpoint .../checkpoint.pt holds step 0
+          continue with: gsnb demo --resume .../checkpoint.pt
+    """
+    step = trainer.step_count
+    head = f"{name}: interrupted after step {step}"
+    if trainer.last_checkpoint is None:
+        return f"{head}; this run wrote no checkpoint, so it cannot be continued"
+    path, saved = trainer.last_checkpoint
+    note = "" if saved == step else f" (writing step {step} failed: see the warning above)"
+    return f"{head}; checkpoint {path} holds step {saved}{note}\n  continue with: " + shlex.join(
+        resume(path)
+    )
+
+
 def _train_and_report(
     trainer: Trainer,
     out: Path,
     name: str,
     progress: bool,
+    resume: Callable[[Path], list[str]],
     extra: Callable[[Trainer], dict[str, str]] | None = None,
 ) -> int:
-    """Run to the end, then evaluate, write the files (``extra`` adds more) and print a summary."""
+    """Run to the end, then evaluate, write the files (``extra`` adds more) and print a summary.
+
+    ``resume(checkpoint)`` is the command line that continues this run.
+    """
     print(f"{name}: {trainer!r}")
     print(f"  data: {trainer.dataset!r}")
     start = time.perf_counter()
     try:
         trainer.run(progress=progress)
     except KeyboardInterrupt:
-        path = trainer.default_checkpoint_path()
-        print(
-            f"{name}: interrupted after step {trainer.step_count}; checkpoint {path} "
-            f"(continue with --resume {path})",
-            file=sys.stderr,
-        )
+        print(interrupted_text(name, trainer, resume), file=sys.stderr)
         return 130
     except (OSError, ValueError, RuntimeError) as err:
         print(f"{name}: error: {err}", file=sys.stderr)
@@ -159,6 +192,9 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
         "skipped_steps": trainer.skipped_steps,
         "files": {},
     }
+    if trainer.device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(trainer.device)
+        report["peak_gpu_memory_gib"] = round(peak / 2**30, 3)
     if trainer.dataset.test_ids:
         result = trainer.evaluate()
         report["test"] = {
@@ -170,11 +206,10 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
         }
     files = report["files"]
     files["checkpoint"] = str(trainer.save_checkpoint(out / "checkpoint.pt"))
-    if importlib.util.find_spec("gsnb.export.ply") is not None:
-        from gsnb.export.ply import write_ply
+    from gsnb.export.ply import write_ply
 
-        write_ply(out / PLY_NAME, trainer.model.splats)
-        files["ply"] = str(out / PLY_NAME)
+    write_ply(out / PLY_NAME, trainer.model.splats)
+    files["ply"] = str(out / PLY_NAME)
     with atomic_write(out / "metrics.jsonl", "w") as handle:
         for metrics in trainer.history:
             handle.write(json.dumps(metrics.to_dict()) + "\n")
@@ -213,6 +248,8 @@ def summary_text(name: str, report: dict[str, Any]) -> str:
         text += f", LPIPS {t['lpips']:.4f}" if t["lpips"] is not None else f"; {t['note']}"
         lines.append(text)
     lines.append(f"  Gaussians:  {report['num_gaussians']}")
+    if "peak_gpu_memory_gib" in report:
+        lines.append(f"  GPU memory: {report['peak_gpu_memory_gib']:.2f} GiB at peak (allocated)")
     if report["skipped_steps"]:
         lines.append(f"  skipped:    {report['skipped_steps']} steps with NaN/Inf gradients")
     for label, path in report["files"].items():
@@ -258,6 +295,7 @@ def demo_arguments(parser: argparse.ArgumentParser) -> None:
         (100, 'mcmc', 'gsnb-demo')
     """
     add_out_option(parser, "output folder", default="gsnb-demo")
+    add_resume_option(parser)
     parser.add_argument("--size", type=int, help="image size in pixels (default 64 CPU, 256 GPU)")
     parser.add_argument("--views", type=int, help="number of cameras (default 24 CPU, 48 GPU)")
     parser.add_argument("--no-video", action="store_true", help="skip the orbit video")
@@ -305,36 +343,54 @@ def demo_config(
 def demo(args: argparse.Namespace) -> int:
     """``gsnb demo``: make the synthetic scene, train on it, write checkpoint, PLY and video.
 
+    With ``--resume CHECKPOINT`` it continues an interrupted demo on its scene.
     Returns the exit code (0, 1 after an error, 130 when interrupted).
     """
-    from gsnb.data.dataset import load_dataset
-    from gsnb.data.synthetic import make_synthetic_scene
-
     out = Path(args.out)
     device = demo_device(args)
     preset = demo_settings(device)
-    size = args.size or preset["size"]
-    views = args.views or preset["views"]
     try:
-        config, schedule = demo_config(args, device, out)
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"gsnb demo: ray tracing {views} views of {size}x{size} px into {out / 'scene'}")
-        root = make_synthetic_scene(
-            out / "scene", num_views=views, size=size, seed=config.seed, num_points=preset["points"]
-        )
-        data = load_dataset(root, downscale=config.downscale, test_every=config.test_every)
-        settings = _strategy_settings(args.strategy, schedule, preset["cap"])
-        strategy = make_strategy(args.strategy, **settings)
-        trainer = Trainer(data, config, strategy=strategy)
+        trainer = _resume(args, out) if args.resume else _new_demo(args, out, device, preset)
     except (OSError, ValueError, RuntimeError) as err:
         print(f"gsnb demo: error: {err}", file=sys.stderr)
         return 1
+    size = trainer.dataset.views[0].width
 
     def video(trainer: Trainer) -> dict[str, str]:
-        path = None if args.no_video else demo_video(trainer, out, size, preset["frames"])
-        return {} if path is None else {"video": str(path)}
+        if args.no_video:
+            # A video of an earlier run would sit beside this run's results.
+            (out / VIDEO_NAME).unlink(missing_ok=True)
+            return {}
+        return {"video": str(demo_video(trainer, out, size, preset["frames"]))}
 
-    return _train_and_report(trainer, out, "gsnb demo", not args.no_progress, extra=video)
+    def again(path: Path) -> list[str]:
+        return ["gsnb", "demo", "--out", str(out), "--resume", str(path)]
+
+    return _train_and_report(
+        trainer, out, "gsnb demo", not args.no_progress, resume=again, extra=video
+    )
+
+
+def _new_demo(
+    args: argparse.Namespace, out: Path, device: torch.device, preset: dict[str, int]
+) -> Trainer:
+    from gsnb.data.dataset import load_dataset
+    from gsnb.data.synthetic import make_synthetic_scene
+
+    size = args.size or preset["size"]
+    views = args.views or preset["views"]
+    config, schedule = demo_config(args, device, out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"gsnb demo: ray tracing {views} views of {size}x{size} px into {out / 'scene'}")
+    root = make_synthetic_scene(
+        out / "scene", num_views=views, size=size, seed=config.seed, num_points=preset["points"]
+    )
+    config.data = str(Path(root).resolve())  # recorded in checkpoints: --resume finds it
+    data = load_dataset(root, downscale=config.downscale, test_every=config.test_every)
+    strategy = make_strategy(
+        args.strategy, **_strategy_settings(args.strategy, schedule, preset["cap"])
+    )
+    return Trainer(data, config, strategy=strategy)
 
 
 def _strategy_settings(name: str, schedule: dict[str, int], cap: int) -> dict[str, int]:
@@ -343,13 +399,8 @@ def _strategy_settings(name: str, schedule: dict[str, int], cap: int) -> dict[st
     return schedule | {"reset_every": 10**9}  # too short a run to recover from a reset
 
 
-def demo_video(trainer: Trainer, out: Path, size: int, frames: int) -> Path | None:
-    """An orbit around the training cameras, rendered at ``size`` and lanczos-upscaled 4x.
-
-    Returns None when ``gsnb.export.video`` is not installed.
-    """
-    if importlib.util.find_spec("gsnb.export.commands") is None:
-        return None
+def demo_video(trainer: Trainer, out: Path, size: int, frames: int) -> Path:
+    """An orbit around the training cameras, rendered at ``size`` and lanczos-upscaled 4x."""
     from gsnb.export.commands import VideoOptions, make_video
 
     big = 4 * size

@@ -131,6 +131,8 @@ class Trainer(TrainingControl):
         self._step = 0
         self.skipped_steps = 0
         self.history: list[StepMetrics] = []
+        # The checkpoint this trainer last wrote and the step it holds.
+        self.last_checkpoint: tuple[Path, int] | None = None
         self.evals: list[EvalResult] = []
         self.error: BaseException | None = None
         self._health = HealthMonitor()
@@ -483,7 +485,9 @@ class Trainer(TrainingControl):
                 skipped_steps=self.skipped_steps,
                 pending_knobs=self.pending_knobs,
             )
-        return ckpt.write_checkpoint(target, payload)
+        written = ckpt.write_checkpoint(target, payload)
+        self.last_checkpoint = (written, payload["step"])
+        return written
 
     @classmethod
     def resume_from(

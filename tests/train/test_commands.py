@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,55 @@ def test_help_lists_the_options(command: str, capsys) -> None:
     with pytest.raises(SystemExit):
         main([command, "--help"])
     assert "--strategy" in capsys.readouterr().out
+
+
+def _interrupt_at(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
+    """Ctrl-C arrives during training step number ``call``."""
+    original = Trainer._step_locked
+    calls = []
+
+    def step(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "_step_locked", step)
+
+
+@pytest.mark.parametrize("command", ["demo", "train"])
+def test_the_resume_command_printed_after_ctrl_c_works(
+    command: str, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    if command == "demo":
+        argv = ["demo", "--out", str(out), "--size", "16", "--views", "6", "--no-video"]
+    else:
+        data = make_synthetic_scene(tmp_path / "scene", num_views=6, size=16, num_points=100)
+        argv = ["train", str(data), "--out", str(out)]
+    _interrupt_at(monkeypatch, 4)
+    assert main([*argv, "--steps", "9", "--device", "cpu", "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert f"checkpoint {out / 'checkpoint.pt'} holds step 3" in err
+    line = next(x for x in err.splitlines() if "continue with:" in x)
+    resume = shlex.split(line.split("continue with:", 1)[1])
+    assert resume[:2] == ["gsnb", command]
+    monkeypatch.undo()
+    assert main([*resume[1:], "--no-progress"]) == 0
+    assert json.loads((out / "summary.json").read_text())["steps"] == 9
+
+
+def test_demo_without_video_removes_an_earlier_video(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "orbit.mp4").write_bytes(b"an earlier run's video")
+    args = ["demo", "--out", str(out), "--steps", "3", "--size", "16", "--views", "6"]
+    assert main([*args, "--no-video", "--no-progress", "--device", "cpu"]) == 0
+    assert not (out / "orbit.mp4").exists()
+    assert "video" not in json.loads((out / "summary.json").read_text())["files"]
+
+
+def test_missing_data_leaves_no_output_folder(tmp_path: Path, capsys) -> None:
+    assert main(["train", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -119,8 +119,6 @@ def interrupted_text(name: str, trainer: Trainer, resume: Callable[[Path], list[
     Example:
         >>> import tempfile
         >>> again = lambda path: ["gsnb", "demo", "--resume", str(path)]
-        >>> print(interrupted_text("gsnb demo", trainer, again))
-        gsnb demo: interrupted after step 0; this run wrote no checkpoint, so it cannot be continued
         >>> path = trainer.save_checkpoint(tempfile.mkdtemp() + "/checkpoint.pt")
         >>> print(interrupted_text("gsnb demo", trainer, again))  # doctest: +ELLIPSIS
         gsnb demo: interrupted after step 0; checkpoint .../checkpoint.pt holds step 0

@@ -125,3 +125,14 @@ def test_missing_data_leaves_no_output_folder(tmp_path: Path, capsys) -> None:
     assert main(["train", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == 1
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_no_checkpoint_written_is_said_and_no_command_offered(tmp_path: Path) -> None:
+    from gsnb.data.dataset import load_dataset
+    from gsnb.train import TrainConfig
+    from gsnb.train.commands import interrupted_text
+
+    data = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=50)
+    trainer = Trainer(load_dataset(data), TrainConfig(steps=5, device="cpu"))
+    text = interrupted_text("gsnb train", trainer, lambda p: ["gsnb", "train", str(p)])
+    assert "wrote no checkpoint" in text and "continue with" not in text

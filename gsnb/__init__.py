@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+# First: gsnb.cpu sets OMP_WAIT_POLICY before the imports below load torch and OpenMP.
+from gsnb import cpu as _cpu  # noqa: F401
 from gsnb._version import __version__
 from gsnb.memory import estimate_peak_memory
 from gsnb.raster import RenderMeta, RenderResult, render, render_splats

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from gsnb.train.config import TrainConfig
+from gsnb.train.estimate import RunTimeEstimate, backend_text
 from gsnb.train.options import (
     add_config_options,
     add_out_option,
@@ -149,6 +150,9 @@ def _train_and_report(
     """
     print(f"{name}: {trainer!r}")
     print(f"  data: {trainer.dataset!r}")
+    print(f"  renderer: {backend_text(trainer.device, trainer.config.backend)}")
+    estimate = RunTimeEstimate(trainer.config.steps, trainer.device, _say(name, progress))
+    forget = trainer.on_step(estimate)
     start = time.perf_counter()
     try:
         trainer.run(progress=progress)
@@ -158,6 +162,8 @@ def _train_and_report(
     except (OSError, ValueError, RuntimeError) as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         return 1
+    finally:
+        forget()
     seconds = time.perf_counter() - start
     try:
         report = finish_run(trainer, out, seconds)
@@ -169,6 +175,15 @@ def _train_and_report(
         return 1
     print(summary_text(name, report))
     return 0
+
+
+def _say(name: str, progress: bool) -> Callable[[str], None]:
+    """Print a line under the progress bar (without breaking it) or plainly."""
+    if progress:
+        from tqdm.auto import tqdm
+
+        return lambda line: tqdm.write(f"{name}: {line}")
+    return lambda line: print(f"{name}: {line}", flush=True)
 
 
 def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:

@@ -21,6 +21,7 @@ MODULES = [
     "gsnb.train.checkpoint",
     "gsnb.train.commands",
     "gsnb.train.config",
+    "gsnb.train.estimate",
     "gsnb.train.control",
     "gsnb.train.evaluation",
     "gsnb.train.health",

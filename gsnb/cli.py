@@ -16,6 +16,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "doctor": ("gsnb.toolchain.commands", "doctor", "check GPU, CUDA toolkit and compilers"),
     "build": ("gsnb.toolchain.commands", "build", "build the CUDA rasterizer for this GPU"),
+    "fetch": ("gsnb.data.commands", "fetch", "download a sample capture (checked), or copy yours"),
     "export": ("gsnb.export.commands", "export", "write a checkpoint as a 3DGS PLY file"),
     "video": ("gsnb.export.commands", "video", "render a camera path to an H.264 MP4 video"),
     "train": ("gsnb.train.commands", "train", "train Gaussians on a dataset of posed photos"),

@@ -42,3 +42,12 @@ def test_a_value_the_user_set_is_kept() -> None:
 def test_too_late_after_torch_and_the_note_says_what_to_do(first: str) -> None:
     value, note = _run(f"{first}; import gsnb; {SHOW}").split(" | ")
     assert value == "None" and "import gsnb before torch" in note
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import gsnb.cpu
+
+    result = doctest.testmod(gsnb.cpu)
+    assert result.attempted > 0 and result.failed == 0

@@ -1,4 +1,5 @@
-"""Posed photos in: COLMAP models and transforms.json datasets, and a ray-traced demo scene.
+"""Posed photos in: COLMAP models and transforms.json datasets, a ray-traced demo scene, and
+sample captures fetched into the user's cache (:func:`fetch`).
 
 Example:
     >>> import tempfile
@@ -11,6 +12,7 @@ Example:
 from __future__ import annotations
 
 from gsnb.data.dataset import SceneDataset, View, load_dataset
+from gsnb.data.download import FetchError, fetch
 from gsnb.data.synthetic import make_synthetic_scene
 
-__all__ = ["SceneDataset", "View", "load_dataset", "make_synthetic_scene"]
+__all__ = ["FetchError", "SceneDataset", "View", "fetch", "load_dataset", "make_synthetic_scene"]

@@ -7,7 +7,19 @@ import importlib
 
 import pytest
 
-MODULES = ["__init__", "camera", "colmap", "dataset", "images", "points", "synthetic", "transforms"]
+MODULES = [
+    "__init__",
+    "camera",
+    "colmap",
+    "commands",
+    "dataset",
+    "download",
+    "images",
+    "points",
+    "samples",
+    "synthetic",
+    "transforms",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -87,7 +87,8 @@ class SceneDataset:
     ``views`` are sorted by name; ``test_ids`` are every ``test_every``-th view
     (``i % test_every == 0``, INRIA's convention) and ``train_ids`` the rest.
     ``points [P, 3]`` float32 and ``points_rgb [P, 3]`` in [0, 1] seed the
-    Gaussians. ``center [3]`` is the mean of the training cameras' centres and
+    Gaussians; ``random_points`` says they were drawn in the cameras' view because the
+    capture has none (a transforms.json without a point cloud). ``center [3]`` is the mean of the training cameras' centres and
     ``extent`` 1.1 times their largest distance from it (INRIA's radius; every
     camera counts when none is for training, and a lone camera gives 1.0).
 
@@ -109,6 +110,7 @@ class SceneDataset:
     center: torch.Tensor
     extent: float
     background: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    random_points: bool = False
 
     @property
     def train(self) -> list[View]:
@@ -232,6 +234,7 @@ def build_dataset(
         center=torch.tensor(center, dtype=torch.float32),
         extent=extent,
         background=files.background,
+        random_points=files.points is None,
     )
 
 

@@ -13,8 +13,7 @@ from typing import Any
 from gsnb.memory import estimate_peak_memory
 from gsnb.raster import RenderMeta, RenderResult, render, render_splats
 from gsnb.toolchain import build
-
-__version__ = "0.1.0"
+from gsnb.version import __version__
 
 __all__ = [
     "RenderMeta",

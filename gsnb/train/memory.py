@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-import gsnb
+from gsnb.memory import estimate_peak_memory
 
 
 def check_gpu_memory(
@@ -19,17 +19,16 @@ def check_gpu_memory(
 ) -> float | None:
     """Warn when a step is expected to need more than 90% of the GPU's memory.
 
-    Uses ``gsnb.estimate_peak_memory`` (bytes of one step, the training images
-    kept on the GPU included) when gsnb provides it; does nothing on the CPU or
-    without it. Returns the estimate in bytes, or None.
+    Uses :func:`gsnb.memory.estimate_peak_memory` (bytes of one step, the training
+    images kept on the GPU included); does nothing on the CPU. Returns the estimate
+    in bytes, or None.
 
     Example:
         >>> import torch
         >>> check_gpu_memory(1000, 64, 64, 3, torch.device("cpu")) is None
         True
     """
-    estimate = getattr(gsnb, "estimate_peak_memory", None)
-    if estimate is None or device.type != "cuda":
+    if device.type != "cuda":
         return None
     size = {
         "num_gaussians": num_gaussians,
@@ -39,11 +38,8 @@ def check_gpu_memory(
         "cameras": 1,
     }
     try:
-        try:
-            need = float(estimate(**size, dataset_bytes=dataset_bytes))
-        except TypeError:  # an estimate that does not count the images
-            need = float(estimate(**size)) + dataset_bytes
-    except (TypeError, ValueError) as err:
+        need = float(estimate_peak_memory(**size, dataset_bytes=dataset_bytes))
+    except ValueError as err:
         warnings.warn(f"gsnb.estimate_peak_memory could not be used: {err}", stacklevel=2)
         return None
     total = torch.cuda.get_device_properties(device).total_memory

@@ -30,7 +30,7 @@ def is_available() -> bool:
 
 @dataclass(frozen=True)
 class _Frame:
-    """What the projection needs besides tensors; the backward pass reads it again."""
+    """What projection and rasterization need besides tensors; the backward passes read it again."""
 
     width: int
     height: int

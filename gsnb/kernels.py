@@ -52,8 +52,8 @@ def extension() -> ModuleType | None:
     """The extension in use, loading a cached build on first call; ``None`` if there is none.
 
     Example:
-        >>> import torch
-        >>> extension() is None or torch.cuda.is_available()
+        >>> from gsnb import toolchain
+        >>> extension() is toolchain.loaded_module()  # None until a build exists for this GPU
         True
     """
     return toolchain.loaded_module()

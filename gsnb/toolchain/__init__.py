@@ -70,8 +70,9 @@ def loaded_module() -> types.ModuleType | None:
     environment (never compiles). ``None`` when there is none.
 
     Example:
-        >>> import gsnb.toolchain, torch
-        >>> gsnb.toolchain.loaded_module() is None or torch.cuda.is_available()
+        >>> import gsnb.toolchain
+        >>> module = gsnb.toolchain.loaded_module()  # None until a build exists for this GPU
+        >>> gsnb.toolchain.loaded_module() is module  # looked up once per process
         True
     """
     global _looked

@@ -83,9 +83,9 @@ def child_gsnb_warm(cache: str) -> dict:
     start = time.perf_counter()
     verified = gsnb.toolchain.build(cache_dir=cache, progress=False, verify=True)
     warm_verify = time.perf_counter() - start
-    from gsnb.raster import cuda
+    from gsnb import kernels
 
-    cuda.set_extension(None)
+    kernels.set_extension(None)
     start = time.perf_counter()
     module = gsnb.toolchain.load_cached()
     loaded = time.perf_counter() - start
@@ -115,7 +115,7 @@ def child_gsplat(ext_dir: str) -> dict:
     torch.cuda.init()
     import gsplat
 
-    from gsnb.toolchain.smoke import tiny_scene
+    from gsnb.raster.smoke import tiny_scene
 
     scene = tiny_scene(torch.device("cuda"))
 

@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(chosen if chosen in COMMANDS else None)
     args = parser.parse_args(args_in)
     if args.version:
-        from gsnb import __version__
+        from gsnb._version import __version__
 
         print(f"gsnb {__version__}")
         return 0

@@ -7,7 +7,7 @@ import html
 import threading
 from typing import TYPE_CHECKING, Any
 
-from gsnb.notebook.controls import (
+from gsnb.live.controls import (
     ControlSpec,
     clamp_to_control,
     control_for,

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gsnb.data.dataset import scaled_view
+from gsnb.live.imaging import encode_image
+from gsnb.live.throttle import Inbox, RateLimit, TimeBudget
 from gsnb.notebook.figures import TrainingCurves
-from gsnb.notebook.imaging import encode_image
 from gsnb.notebook.knob_widgets import KnobControls
-from gsnb.notebook.throttle import Inbox, RateLimit, TimeBudget
 from gsnb.train.knobs import describe_knobs
 
 if TYPE_CHECKING:

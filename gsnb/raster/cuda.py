@@ -1,71 +1,44 @@
 """The CUDA backend: autograd functions over the ``csrc/`` rasterizer.
 
-The compiled module comes from :mod:`gsnb.toolchain` (``%gs_build`` / ``gsnb build``);
+The ops are :mod:`gsnb.kernels`' (the module ``%gs_build`` / ``gsnb build`` built);
 :func:`is_available` loads a cached build for this environment without compiling.
 """
 
 from __future__ import annotations
 
-import threading
-from types import ModuleType
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from gsnb import kernels
 from gsnb.raster.projection import Projection
-
-_lock = threading.RLock()
-_ext: ModuleType | None = None
-_looked = False
-
-
-def set_extension(module: ModuleType | None) -> None:
-    """Use ``module`` (a built ``csrc/`` extension) for ``backend="cuda"``; ``None`` forgets it."""
-    global _ext, _looked
-    with _lock:
-        _ext = module
-        _looked = module is not None
-
-
-def get_extension() -> ModuleType | None:
-    """The extension in use, loading a cached build on first call; ``None`` if there is none."""
-    global _ext, _looked
-    with _lock:
-        if _ext is None and not _looked:
-            _looked = True
-            try:
-                from gsnb.toolchain import load_cached
-            except ImportError:
-                return None
-            _ext = load_cached()
-        return _ext
 
 
 def is_available() -> bool:
-    """True when a CUDA device is visible and a built rasterizer is loaded (or loadable)."""
-    return torch.cuda.is_available() and get_extension() is not None
-
-
-def kernel(name: str) -> Any:
-    """The built extension's function ``name``, or ``None`` when there is no such build.
+    """True when a CUDA device is visible and a built rasterizer is loaded (or loadable).
 
     Example:
-        >>> ssim = kernel("ssim_forward")  # None until the extension is built
+        >>> import torch
+        >>> is_available() <= torch.cuda.is_available()
+        True
     """
-    ext = get_extension()
-    return getattr(ext, name, None) if ext is not None else None
+    return torch.cuda.is_available() and kernels.extension() is not None
 
 
-def _require() -> ModuleType:
-    ext = get_extension()
-    if ext is None:
-        raise RuntimeError(
-            "the CUDA rasterizer is not built for this environment; run %gs_build in a notebook "
-            "or `gsnb build` in a terminal"
-        )
-    return ext
+@dataclass(frozen=True)
+class _Frame:
+    """What projection and rasterization need besides tensors; the backward passes read it again."""
+
+    width: int
+    height: int
+    near_plane: float
+    far_plane: float
+    sh_degree: int  # -1: the colours are RGB
+    with_depth: bool
+    stored: bool  # log-scales and opacity logits
 
 
 class _Project(torch.autograd.Function):
@@ -80,15 +53,16 @@ class _Project(torch.autograd.Function):
         rest: Tensor | None,
         viewmats: Tensor,
         Ks: Tensor,
-        settings: tuple[int, int, float, float, int, bool, bool],
+        frame: _Frame,
     ) -> tuple[Tensor, ...]:
-        width, height, near, far, degree, with_depth, stored = settings
-        means2d, conics, depths, radii, feats, tiles = _require().project_forward(
-            means, quats, scales, opacities, coeffs, rest, viewmats, Ks, width, height, near, far,
-            degree, with_depth, stored,
+        means2d, conics, depths, radii, feats, tiles = kernels.project_forward(
+            means=means, quats=quats, scales=scales, opacities=opacities, coeffs=coeffs,
+            rest=rest, viewmats=viewmats, Ks=Ks, width=frame.width, height=frame.height,
+            near_plane=frame.near_plane, far_plane=frame.far_plane, sh_degree=frame.sh_degree,
+            with_depth=frame.with_depth, stored=frame.stored,
         )  # fmt: skip
         ctx.save_for_backward(means, quats, scales, coeffs, rest, viewmats, Ks, radii, conics)
-        ctx.settings = settings
+        ctx.frame = frame
         ctx.mark_non_differentiable(radii, tiles)
         # Unused outputs get no zero-filled gradient buffers (the kernels read them as zero).
         ctx.set_materialize_grads(False)
@@ -98,14 +72,16 @@ class _Project(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, v_means2d, v_conics, v_depths, _v_radii, v_feats, _v_tiles):  # type: ignore[override]
         means, quats, scales, coeffs, rest, viewmats, Ks, radii, conics = ctx.saved_tensors
-        width, height, near, far, degree, with_depth, stored = ctx.settings
-        channels = 4 if with_depth else 3
-        v_means, v_quats, v_scales, v_coeffs, v_rest = _require().project_backward(
-            means, quats, scales, coeffs, rest, viewmats, Ks, width, height, near, far, degree,
-            radii, conics, _grad(v_means2d, (*radii.shape[:2], 2), radii),
-            _grad(v_conics, (*radii.shape[:2], 3), radii),
-            _grad(v_feats, (*radii.shape[:2], channels), radii), _grad(v_depths, None, radii),
-            stored,
+        frame: _Frame = ctx.frame
+        channels = 4 if frame.with_depth else 3
+        v_means, v_quats, v_scales, v_coeffs, v_rest = kernels.project_backward(
+            means=means, quats=quats, scales=scales, coeffs=coeffs, rest=rest, viewmats=viewmats,
+            Ks=Ks, width=frame.width, height=frame.height, near_plane=frame.near_plane,
+            far_plane=frame.far_plane, sh_degree=frame.sh_degree, radii=radii, conics=conics,
+            v_means2d=_grad(v_means2d, (*radii.shape[:2], 2), radii),
+            v_conics=_grad(v_conics, (*radii.shape[:2], 3), radii),
+            v_feats=_grad(v_feats, (*radii.shape[:2], channels), radii),
+            v_depths=_grad(v_depths, None, radii), stored=frame.stored,
         )  # fmt: skip
         needs = ctx.needs_input_grad
         return (
@@ -133,14 +109,14 @@ class _Rasterize(torch.autograd.Function):
         opacities: Tensor,
         offsets: Tensor,
         flat_ids: Tensor,
-        settings: tuple[int, int, bool],
+        frame: _Frame,
         absgrad_sink: Tensor | None,
         backgrounds: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        width, height, stored = settings
-        rgb, depth, alpha, last_ids = _require().rasterize_forward(
-            means2d, conics, feats, opacities, offsets, flat_ids, width, height, backgrounds,
-            stored,
+        rgb, depth, alpha, last_ids = kernels.rasterize_forward(
+            means2d=means2d, conics=conics, feats=feats, opacities=opacities, offsets=offsets,
+            flat_ids=flat_ids, width=frame.width, height=frame.height, backgrounds=backgrounds,
+            stored=frame.stored,
         )  # fmt: skip
         # The backgrounds (no gradient) are saved too, so an in-place change before the
         # backward pass is caught.
@@ -148,7 +124,7 @@ class _Rasterize(torch.autograd.Function):
             means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids,
             backgrounds,
         )  # fmt: skip
-        ctx.settings = settings
+        ctx.frame = frame
         ctx.absgrad_sink = absgrad_sink
         ctx.set_materialize_grads(False)
         return rgb, depth, alpha
@@ -159,12 +135,14 @@ class _Rasterize(torch.autograd.Function):
         means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids, bg = (
             ctx.saved_tensors
         )
-        width, height, stored = ctx.settings
+        frame: _Frame = ctx.frame
         sink = ctx.absgrad_sink
-        grads = _require().rasterize_backward(
-            means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha, depth,
-            last_ids, _grad(v_rgb, (*alpha.shape[:3], 3), alpha), _grad(v_depth, None, alpha),
-            _grad(v_alpha, None, alpha), sink is not None, bg, stored,
+        grads = kernels.rasterize_backward(
+            means2d=means2d, conics=conics, feats=feats, opacities=opacities, offsets=offsets,
+            flat_ids=flat_ids, width=frame.width, height=frame.height, alpha=alpha, depth=depth,
+            last_ids=last_ids, v_rgb=_grad(v_rgb, (*alpha.shape[:3], 3), alpha),
+            v_depth=_grad(v_depth, None, alpha), v_alpha=_grad(v_alpha, None, alpha),
+            absgrad=sink is not None, backgrounds=bg, stored=frame.stored,
         )  # fmt: skip
         if sink is not None:
             sink.add_(grads[4])
@@ -221,16 +199,24 @@ def render(
     if rest is not None:
         rest = rest.contiguous()
     viewmats, Ks = viewmats.contiguous(), Ks.contiguous()
-    sh = -1 if degree is None else degree
+    frame = _Frame(
+        width=width,
+        height=height,
+        near_plane=float(near_plane),
+        far_plane=float(far_plane),
+        sh_degree=-1 if degree is None else degree,
+        with_depth=with_depth,
+        stored=stored,
+    )
     means2d, conics, depths, radii, feats, tiles = _Project.apply(
-        means, quats, scales, opacities, coeffs, rest, viewmats, Ks,
-        (width, height, float(near_plane), float(far_plane), sh, with_depth, stored),
-    )  # fmt: skip
+        means, quats, scales, opacities, coeffs, rest, viewmats, Ks, frame
+    )
     if means2d.requires_grad:
         means2d.retain_grad()
-    offsets, flat_ids = _require().bin_splats(
-        means2d.detach(), conics.detach(), opacities.detach(), depths.detach(), radii, tiles,
-        width, height, stored,
+    offsets, flat_ids = kernels.bin_splats(
+        means2d=means2d.detach(), conics=conics.detach(), opacities=opacities.detach(),
+        depths=depths.detach(), radii=radii, tiles=tiles, width=width, height=height,
+        stored=stored,
     )  # fmt: skip
     sink = None
     if absgrad:
@@ -238,6 +224,6 @@ def render(
         means2d.absgrad = sink  # type: ignore[attr-defined]
     bg = None if backgrounds is None else backgrounds.expand(num_cams, 3).contiguous()
     rgb, depth, alpha = _Rasterize.apply(
-        means2d, conics, feats, opacities, offsets, flat_ids, (width, height, stored), sink, bg
+        means2d, conics, feats, opacities, offsets, flat_ids, frame, sink, bg
     )
     return rgb, alpha, depth if with_depth else None, Projection(means2d, conics, depths, radii)

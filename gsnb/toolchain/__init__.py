@@ -6,12 +6,14 @@ cache keyed by sources, flags, architecture, torch, CUDA and compiler versions, 
 the module and smoke-tests it on the GPU. :func:`load_cached` only loads a finished
 build. A cache hit starts no process and, once the smoke test has passed on this GPU,
 does not run it again. ``%gs_build`` / ``%gs_doctor`` and ``gsnb build`` / ``gsnb
-doctor`` drive them.
+doctor`` drive them. :func:`loaded_module` is the module either gave this process
+(:mod:`gsnb.kernels` calls it).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import types
 import warnings
@@ -37,15 +39,48 @@ __all__ = [
     "build",
     "discover",
     "load_cached",
+    "loaded_module",
     "recognise",
+    "use_module",
 ]
 
+# The module of this process: set by build() and load_cached(), read by gsnb.kernels.
+_lock = threading.RLock()  # re-entrant: loaded_module() loads through load_cached()
+_module: types.ModuleType | None = None
+_looked = False
 
-def _register(module: types.ModuleType | None) -> None:
-    """Hand ``module`` to the CUDA backend."""
-    from gsnb.raster import cuda
 
-    cuda.set_extension(module)  # re-entrant: also safe from inside cuda.get_extension()
+def use_module(module: types.ModuleType | None) -> None:
+    """Make ``module`` (a built ``csrc/`` extension) this process's module; ``None`` forgets it,
+    so the next :func:`loaded_module` looks for a cached build again.
+
+    Example:
+        >>> import gsnb.toolchain
+        >>> module = gsnb.toolchain.loaded_module()
+        >>> gsnb.toolchain.use_module(module)  # the same module again: nothing changes
+    """
+    global _module, _looked
+    with _lock:
+        _module = module
+        _looked = module is not None
+
+
+def loaded_module() -> types.ModuleType | None:
+    """The module built or loaded in this process; the first call loads a cached build for this
+    environment (never compiles). ``None`` when there is none.
+
+    Example:
+        >>> import gsnb.toolchain
+        >>> module = gsnb.toolchain.loaded_module()  # None until a build exists for this GPU
+        >>> gsnb.toolchain.loaded_module() is module  # looked up once per process
+        True
+    """
+    global _looked
+    with _lock:
+        if _module is None and not _looked:
+            _looked = True
+            load_cached()
+        return _module
 
 
 def build(
@@ -105,7 +140,7 @@ def build(
         jobs=jobs,
         progress=progress,
     )
-    _register(result.module)
+    use_module(result.module)
     from gsnb.toolchain.smoke_records import gpu_identity, smoke_checked
 
     smoke_start = time.perf_counter()
@@ -115,7 +150,7 @@ def build(
     result.timings["smoke"] = time.perf_counter() - smoke_start
     result.seconds = time.perf_counter() - start
     if not result.smoke.ok:
-        _register(None)
+        use_module(None)
         diagnoses = [result.smoke.diagnosis] if result.smoke.diagnosis else []
         error = BuildError(
             f"the module was built but failed its smoke test ({result.smoke.message})", diagnoses
@@ -169,5 +204,5 @@ def load_cached() -> types.ModuleType | None:
                 f"gsnb: the cached CUDA rasterizer could not be loaded: {why}", stacklevel=2
             )
         return None
-    _register(module)
+    use_module(module)
     return module

@@ -1,5 +1,8 @@
 """The smoke test: render a tiny random scene with the new module and with the reference.
 
+The renderer sits above the toolchain, so it hands its check in
+(:func:`set_render_check`, done by :mod:`gsnb.raster`); this module judges the outcome.
+
 A module compiled for the wrong GPU imports fine and fails only at its first kernel
 launch ("no kernel image is available for execution on the device"); running one
 render right after the build moves that failure from mid-training to build time.
@@ -7,6 +10,7 @@ render right after the build moves that failure from mid-training to build time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,36 +50,34 @@ class SmokeResult:
         return self.status != "failed"
 
 
-def tiny_scene(device: torch.device, n: int = 64, seed: int = 0) -> dict[str, object]:
-    """Keyword arguments of :func:`gsnb.render` for ``n`` random Gaussians before one camera.
+RenderCheck = Callable[[], tuple[float, bool]]
+"""Renders a tiny scene on the GPU with the module in use and with the reference; returns
+their largest difference and whether the backward pass gave a finite gradient."""
+
+_render_check: RenderCheck | None = None
+
+
+def set_render_check(check: RenderCheck | None) -> None:
+    """Make ``check`` the test :func:`smoke_test` runs; :mod:`gsnb.raster` sets its own on
+    import (the toolchain builds the renderer, so it does not import it).
 
     Example:
-        >>> sorted(tiny_scene(torch.device("cpu")))[:3]
-        ['Ks', 'colors', 'height']
+        >>> set_render_check(render_check())  # the same check again: nothing changes
     """
-    g = torch.Generator().manual_seed(seed)
-    means = torch.randn(n, 3, generator=g) * torch.tensor([0.6, 0.4, 0.3]) + torch.tensor(
-        [0.0, 0.0, 3.0]
-    )
-    scene = {
-        "means": means,
-        "quats": torch.randn(n, 4, generator=g),
-        "scales": torch.rand(n, 3, generator=g) * 0.15 + 0.03,
-        "opacities": torch.rand(n, generator=g) * 0.8 + 0.1,
-        "colors": torch.rand(n, 4, 3, generator=g) * 0.5,
-        "viewmats": torch.eye(4)[None],
-        "Ks": torch.tensor([[[40.0, 0.0, 25.0], [0.0, 40.0, 17.0], [0.0, 0.0, 1.0]]]),
-    }
-    moved: dict[str, object] = {k: v.to(device) for k, v in scene.items()}
-    moved.update(width=50, height=35)
-    return moved
+    global _render_check
+    _render_check = check
+
+
+def render_check() -> RenderCheck | None:
+    """The check :func:`smoke_test` runs (:func:`gsnb.raster.smoke.compare_backends`)."""
+    return _render_check
 
 
 def smoke_test(built_for: str = "") -> SmokeResult:
-    """Render a tiny scene on the GPU with ``backend="cuda"`` and ``"reference"`` and compare.
+    """Run the render check (:func:`set_render_check`) on the GPU and judge its outcome.
 
-    The module must already be registered with :func:`gsnb.raster.cuda.set_extension`.
-    Without a GPU the test is skipped with a message saying so.
+    The module must already be this process's (:func:`gsnb.toolchain.use_module`).
+    Without a GPU, or without a check, the test is skipped with a message saying so.
     """
     if not torch.cuda.is_available():
         return SmokeResult(
@@ -83,28 +85,17 @@ def smoke_test(built_for: str = "") -> SmokeResult:
             "smoke test skipped: no GPU is visible to this process, so the module was compiled "
             "and loaded but not run",
         )
-    import gsnb
-
+    if _render_check is None:
+        return SmokeResult("skipped", "smoke test skipped: no render check is set (import gsnb)")
     try:
-        scene = tiny_scene(torch.device("cuda"))
-        means = scene["means"].clone().requires_grad_(True)  # type: ignore[union-attr]
-        cuda_out = gsnb.render(**{**scene, "means": means}, backend="cuda")  # type: ignore[arg-type]
-        (cuda_out.rgb.sum() + cuda_out.alpha.sum()).backward()
-        torch.cuda.synchronize()
-        ref_out = gsnb.render(**scene, backend="reference")  # type: ignore[arg-type]
+        error, finite_grad = _render_check()
     except Exception as err:  # any failure of the new module is the finding
         gpu = torch.cuda.get_device_capability()
         found = recognise(str(err), gpu_sm=f" (sm_{gpu[0]}{gpu[1]})", built=built_for or None)
         diagnosis = found[0] if found else None
         message = str(diagnosis) if diagnosis else f"smoke test failed: {type(err).__name__}: {err}"
         return SmokeResult("failed", message, None, diagnosis)
-    error = max(
-        (cuda_out.rgb - ref_out.rgb).abs().max().item(),
-        (cuda_out.alpha - ref_out.alpha).abs().max().item(),
-        (cuda_out.depth * cuda_out.alpha - ref_out.depth * ref_out.alpha).abs().max().item(),
-    )
-    grad = means.grad
-    if grad is None or not torch.isfinite(grad).all():
+    if not finite_grad:
         return SmokeResult(
             "failed", "smoke test failed: the backward pass gave no finite gradient", error
         )

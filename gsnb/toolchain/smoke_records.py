@@ -149,7 +149,7 @@ def smoke_checked(
     """The smoke test's result for the build in ``folder`` on the GPU ``identity`` names.
 
     A passed test recorded for this GPU, driver and torch is reused unless ``verify``;
-    otherwise the test runs (the module must be registered with the CUDA backend)
+    otherwise the test runs (on the module of this process, gsnb.toolchain.use_module)
     and its outcome is recorded. Returns the result and the manifest as it is now.
 
     Example:

@@ -11,11 +11,14 @@ kernels: two launches forward, one backward, instead of about twenty.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from gsnb import kernels
 
 WINDOW = 11
 """The window size the kernels implement."""
@@ -23,20 +26,18 @@ WINDOW = 11
 
 def available(img1: Tensor, img2: Tensor, window_size: int, op: str = "ssim_forward") -> bool:
     """Whether :func:`ssim_map` (or, with ``op="photometric_forward"``, :func:`photometric`)
-    takes these images: CUDA float32, 11-tap window, extension built.
+    takes these images: CUDA float32 on one device, 11-tap window, a target without a
+    gradient, extension built.
 
     Example:
         >>> import torch
         >>> available(torch.zeros(1, 16, 16, 3), torch.zeros(1, 16, 16, 3), 11)
         False
     """
-    if not (img1.is_cuda and img1.dtype == torch.float32 and img2.dtype == torch.float32):
+    if window_size != WINDOW or img2.requires_grad:
         return False
-    if window_size != WINDOW or img2.requires_grad or img1.device != img2.device:
-        return False
-    from gsnb.raster import cuda
-
-    return cuda.kernel(op) is not None
+    # The kernels' callers below make the images contiguous.
+    return kernels.applies(op, img1, img2, contiguous=False)
 
 
 class _FusedSSIM(torch.autograd.Function):
@@ -44,11 +45,10 @@ class _FusedSSIM(torch.autograd.Function):
     def forward(  # type: ignore[override]
         ctx: Any, img1: Tensor, img2: Tensor, pad: int, sigma: float, c1: float, c2: float
     ) -> Tensor:
-        from gsnb.raster import cuda
-
-        ext = cuda.get_extension()
         grad = img1.requires_grad
-        ssim, d_mu, d_xx, d_xy = ext.ssim_forward(img1, img2, pad, sigma, c1, c2, grad)
+        ssim, d_mu, d_xx, d_xy = kernels.ssim_forward(
+            img1=img1, img2=img2, pad=pad, sigma=sigma, c1=c1, c2=c2, with_grad=grad
+        )
         if grad:
             ctx.save_for_backward(img1, img2, d_mu, d_xx, d_xy)
         ctx.pad, ctx.sigma = pad, sigma
@@ -57,12 +57,11 @@ class _FusedSSIM(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, v_map: Tensor):  # type: ignore[override]
-        from gsnb.raster import cuda
-
         img1, img2, d_mu, d_xx, d_xy = ctx.saved_tensors
-        v_img1 = cuda.get_extension().ssim_backward(
-            img1, img2, v_map.contiguous(), d_mu, d_xx, d_xy, ctx.pad, ctx.sigma
-        )
+        v_img1 = kernels.ssim_backward(
+            img1=img1, img2=img2, v_map=v_map.contiguous(), d_mu=d_mu, d_xx=d_xx, d_xy=d_xy,
+            pad=ctx.pad, sigma=ctx.sigma,
+        )  # fmt: skip
         return v_img1, None, None, None, None, None
 
 
@@ -82,36 +81,42 @@ def ssim_map(img1: Tensor, img2: Tensor, *, pad: int, sigma: float, c1: float, c
     return _FusedSSIM.apply(img1.contiguous(), img2.contiguous(), pad, sigma, c1, c2)
 
 
+@dataclass(frozen=True)
+class _LossTerms:
+    """The photometric loss's settings; the backward pass reads them again."""
+
+    pad: int
+    sigma: float
+    c1: float
+    c2: float
+    lam: float
+    with_grad: bool  # derivative maps for a backward pass
+
+
 class _FusedPhotometric(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any,
-        render: Tensor,
-        target: Tensor,
-        settings: tuple[int, float, float, float, float, bool],
+        ctx: Any, render: Tensor, target: Tensor, terms: _LossTerms
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        from gsnb.raster import cuda
-
-        pad, sigma, c1, c2, lam, grad = settings
-        stats, d_mu, d_xx, d_xy = cuda.kernel("photometric_forward")(
-            render, target, pad, sigma, c1, c2, lam, grad
-        )
-        if grad:
+        stats, d_mu, d_xx, d_xy = kernels.photometric_forward(
+            img1=render, img2=target, pad=terms.pad, sigma=terms.sigma, c1=terms.c1, c2=terms.c2,
+            lam=terms.lam, with_grad=terms.with_grad,
+        )  # fmt: skip
+        if terms.with_grad:
             ctx.save_for_backward(render, target, d_mu, d_xx, d_xy)
-        ctx.settings = settings
+        ctx.terms = terms
         ctx.set_materialize_grads(False)
         return stats[0], stats[1], stats[2], stats[3]
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, g_loss, g_l1, g_ssim, g_mse):  # type: ignore[override]
-        from gsnb.raster import cuda
-
         render, target, d_mu, d_xx, d_xy = ctx.saved_tensors
-        pad, sigma, _, _, lam, _ = ctx.settings
-        v_render = cuda.kernel("photometric_backward")(
-            render, target, d_mu, d_xx, d_xy, pad, sigma, lam, g_loss, g_l1, g_ssim, g_mse
-        )
+        terms: _LossTerms = ctx.terms
+        v_render = kernels.photometric_backward(
+            img1=render, img2=target, d_mu=d_mu, d_xx=d_xx, d_xy=d_xy, pad=terms.pad,
+            sigma=terms.sigma, lam=terms.lam, g_loss=g_loss, g_l1=g_l1, g_ssim=g_ssim, g_mse=g_mse,
+        )  # fmt: skip
         return v_render, None, None
 
 
@@ -135,6 +140,5 @@ def photometric(
     """
     # Derivative maps only when a backward pass can follow (not under torch.no_grad()).
     grad = render.requires_grad and torch.is_grad_enabled()
-    return _FusedPhotometric.apply(
-        render.contiguous(), target.contiguous(), (pad, sigma, c1, c2, lam, grad)
-    )
+    terms = _LossTerms(pad=pad, sigma=sigma, c1=c1, c2=c2, lam=lam, with_grad=grad)
+    return _FusedPhotometric.apply(render.contiguous(), target.contiguous(), terms)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import torch
 from torch import Tensor
+
+from gsnb import kernels
 
 
 class TrainingHealthWarning(UserWarning):
@@ -54,9 +55,8 @@ def health_sums(splats: Mapping[str, Tensor], grads: Sequence[Tensor] = ()) -> T
     log_s, logits = splats["scales"].detach(), splats["opacities"].detach()
     params = [p.detach() for p in splats.values()]
     grads = [g.detach() for g in grads]
-    fused = _kernel(params, grads) if log_s.shape[0] > 0 else None
-    if fused is not None:
-        return fused(log_s, logits, params, grads)
+    if log_s.shape[0] > 0 and _fused(params, grads):
+        return kernels.health_sums(scales=log_s, opacities=logits, params=params, grads=grads)
     zero = torch.zeros((), dtype=torch.float64, device=log_s.device)
     counts = [_non_finite(params, zero)]
     gradient = [sum((g.double().square().sum() for g in grads), zero), _non_finite(grads, zero)]
@@ -77,15 +77,11 @@ def _non_finite(tensors: list[Tensor], zero: Tensor) -> Tensor:
     return sum(((~torch.isfinite(t)).sum().double() for t in tensors), zero)
 
 
-def _kernel(params: list[Tensor], grads: list[Tensor]) -> Any:
-    tensors = params + grads
-    if not all(t.is_cuda and t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
-        return None
-    if len(params) > 8 or len(grads) > 8 or len({t.device for t in tensors}) != 1:
-        return None
-    from gsnb.raster import cuda
-
-    return cuda.kernel("health_sums")
+def _fused(params: list[Tensor], grads: list[Tensor]) -> bool:
+    """Whether ``csrc/health.cu`` takes these tensors (it reads at most 8 of each kind)."""
+    if len(params) > 8 or len(grads) > 8:
+        return False
+    return kernels.applies("health_sums", *params, *grads)
 
 
 def signals_from_sums(sums: Sequence[float], count: int, extent: float) -> dict[str, float]:

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from gsnb import kernels
 from gsnb.train.config import TrainConfig
 
 LR_KNOBS = {
@@ -71,8 +72,7 @@ class GaussianAdam(torch.optim.Adam):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """One Adam update of every parameter that has a gradient."""
-        adam_step = None if closure is not None else self._kernel()
-        if adam_step is None:
+        if closure is not None or not self._fused():
             return super().step(closure)
         params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts = [], [], [], [], [], []
         beta1, beta2 = self.param_groups[0]["betas"]
@@ -95,15 +95,18 @@ class GaussianAdam(torch.optim.Adam):
                 bias2_sqrts.append(math.sqrt(1.0 - beta2**t))
         for i in range(0, len(params), _KERNEL_TENSORS):
             chunk = slice(i, i + _KERNEL_TENSORS)
-            adam_step(
-                params[chunk], grads[chunk], exp_avgs[chunk], exp_avg_sqs[chunk],
-                step_sizes[chunk], bias2_sqrts[chunk], beta1, beta2, self.param_groups[0]["eps"],
+            kernels.adam_step(
+                params=params[chunk], grads=grads[chunk], exp_avgs=exp_avgs[chunk],
+                exp_avg_sqs=exp_avg_sqs[chunk], step_sizes=step_sizes[chunk],
+                bias2_sqrts=bias2_sqrts[chunk], beta1=beta1, beta2=beta2,
+                eps=self.param_groups[0]["eps"],
             )  # fmt: skip
         return None
 
-    def _kernel(self) -> Any:
-        """The one-launch kernel when it applies to every group, else None."""
+    def _fused(self) -> bool:
+        """Whether the one-launch kernel applies to every group."""
         first = self.param_groups[0]
+        params = []
         for group in self.param_groups:
             if (
                 group["weight_decay"] != 0
@@ -113,16 +116,13 @@ class GaussianAdam(torch.optim.Adam):
                 or group["eps"] != first["eps"]
                 or not isinstance(group["lr"], float)
             ):
-                return None
+                return False
             for p in group["params"]:
-                if not (p.is_cuda and p.dtype == torch.float32 and p.is_contiguous()):
-                    return None
                 state = self.state.get(p)
                 if state and not _kernel_state(state, p):
-                    return None
-        from gsnb.raster import cuda
-
-        return cuda.kernel("adam_step")
+                    return False
+                params.append(p)
+        return kernels.applies("adam_step", *params)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a state (also one saved by a fused or capturable torch Adam)."""

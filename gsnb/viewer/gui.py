@@ -6,7 +6,7 @@ import math
 import threading
 from typing import TYPE_CHECKING, Any
 
-from gsnb.notebook.controls import ControlSpec, clamp_to_control, control_for, section_of, short_doc
+from gsnb.live.controls import ControlSpec, clamp_to_control, control_for, section_of, short_doc
 
 if TYPE_CHECKING:
     from gsnb.train import Knob, Trainer

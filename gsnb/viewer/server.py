@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from gsnb.live.imaging import to_uint8
 from gsnb.model import GaussianModel
-from gsnb.notebook.imaging import to_uint8
 from gsnb.raster import RenderResult
 from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
 from gsnb.viewer.splats import splat_arrays

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gsnb.notebook.throttle import TimeBudget
+from gsnb.live.throttle import TimeBudget
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ def cuda_ext():
     """The built CUDA rasterizer (built for this GPU if no cached build exists)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device visible")
+    from gsnb import kernels
     from gsnb.raster import cuda
 
     if not cuda.is_available():
@@ -24,4 +25,4 @@ def cuda_ext():
 
         build()
     assert cuda.is_available(), "the CUDA rasterizer did not load after building it"
-    return cuda.get_extension()
+    return kernels.extension()

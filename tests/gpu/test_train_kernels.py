@@ -50,7 +50,7 @@ def test_adam_kernel_matches_float64_torch_adam(cuda_ext, n):
     ref = {k: nn.Parameter(v.detach().double().clone()) for k, v in ours.items()}
     torch32 = {k: nn.Parameter(v.detach().clone()) for k, v in ours.items()}
     opt = make_optimizer(ours, RATES)
-    assert opt._kernel() is not None
+    assert opt._fused()
 
     def adam(params, **kw):
         groups = [{"params": [p], "lr": RATES[k]} for k, p in params.items()]
@@ -88,7 +88,7 @@ def test_adam_takes_a_fused_torch_adam_state(cuda_ext):
     twin = {k: nn.Parameter(v.detach().clone()) for k, v in params.items()}
     ours = make_optimizer(twin, RATES)
     ours.load_state_dict(copy.deepcopy(fused.state_dict()))
-    assert ours._kernel() is not None
+    assert ours._fused()
     for p, q in zip(params.values(), twin.values(), strict=True):
         p.grad = q.grad = torch.full_like(p, 0.5)
     fused.step()
@@ -100,7 +100,7 @@ def test_adam_takes_a_fused_torch_adam_state(cuda_ext):
 def test_adam_falls_back_for_options_the_kernel_lacks(cuda_ext):
     p = nn.Parameter(torch.ones(4, device="cuda"))
     opt = GaussianAdam([{"params": [p], "lr": 0.1, "name": "x", "weight_decay": 0.1}])
-    assert opt._kernel() is None
+    assert not opt._fused()
     p.grad = torch.ones(4, device="cuda")
     opt.step()
     assert torch.all(p < 1.0)
@@ -164,10 +164,10 @@ def test_accumulate_kernel_matches_pytorch(cuda_ext, monkeypatch, cams, n):
     params = {"means": torch.zeros(n, 3, device="cuda")}
     strategy = default.DefaultStrategy()
     fused = strategy.initialize_state(1.0)
-    assert default._accumulate_kernel(grads, radii) is not None
+    assert default._fused(grads, radii)
     for _ in range(2):
         strategy.accumulate(params, fused, info)
-    monkeypatch.setattr(default, "_accumulate_kernel", lambda *_: None)
+    monkeypatch.setattr(default, "_fused", lambda *_: False)
     plain = strategy.initialize_state(1.0)
     for _ in range(2):
         strategy.accumulate(params, plain, info)

@@ -14,7 +14,8 @@ import math
 import pytest
 import torch
 
-from gsnb.train import TrainConfig, Trainer, fused_ssim, health, optim
+from gsnb import kernels
+from gsnb.train import TrainConfig, Trainer
 from gsnb.train.strategy import default
 from tests.train.conftest import build_scene
 
@@ -22,10 +23,8 @@ from tests.train.conftest import build_scene
 def run(data, steps: int, fused: bool, monkeypatch) -> Trainer:
     with monkeypatch.context() as patch:
         if not fused:
-            patch.setattr(fused_ssim, "available", lambda *_: False)
-            patch.setattr(health, "_kernel", lambda *_: None)
-            patch.setattr(optim.GaussianAdam, "_kernel", lambda self: None)
-            patch.setattr(default, "_accumulate_kernel", lambda *_: None)
+            # The one guard of every fused training kernel says no.
+            patch.setattr(kernels, "applies", lambda *_, **__: False)
         cfg = TrainConfig(
             steps=steps, device="cuda", backend="cuda" if fused else "reference", seed=3
         )
@@ -33,7 +32,7 @@ def run(data, steps: int, fused: bool, monkeypatch) -> Trainer:
         trainer = Trainer(data, cfg, strategy=default.DefaultStrategy(refine_start_iter=1000))
         trainer.run(steps)
         torch.cuda.synchronize()
-        trainer.used_kernels = trainer.optimizer._kernel() is not None
+        trainer.used_kernels = trainer.optimizer._fused()
     return trainer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipywidgets as w
 import pytest
 
-from gsnb.notebook.controls import control_for
+from gsnb.live.controls import control_for
 from gsnb.notebook.knob_widgets import KnobControls, knob_widget
 from gsnb.train.knobs import Knob
 

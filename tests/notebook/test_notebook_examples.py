@@ -11,12 +11,9 @@ import importlib
 import pytest
 
 MODULES = [
-    "gsnb.notebook.controls",
     "gsnb.notebook.figures",
-    "gsnb.notebook.imaging",
     "gsnb.notebook.knob_widgets",
     "gsnb.notebook.panel",
-    "gsnb.notebook.throttle",
     "gsnb.notebook.train_magics",
     "gsnb.viewer.cameras",
     "gsnb.viewer.client",

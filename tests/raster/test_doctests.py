@@ -16,7 +16,7 @@ from . import bruteforce, scenes
 MODULES = [
     *(
         importlib.import_module(f"gsnb.raster.{name}")
-        for name in ("api", "sh", "projection", "reference", "validate")
+        for name in ("api", "sh", "projection", "reference", "validate", "cuda", "smoke")
     ),
     bruteforce,
     scenes,

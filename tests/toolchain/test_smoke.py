@@ -5,16 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gsnb.toolchain.smoke import smoke_test, tiny_scene
+from gsnb.raster.smoke import compare_backends
+from gsnb.toolchain.smoke import render_check, smoke_test
 
 
-def test_tiny_scene_is_a_valid_render_input():
-    import gsnb
-
-    scene = tiny_scene(torch.device("cpu"))
-    out = gsnb.render(**scene, backend="reference")
-    assert out.rgb.shape == (1, 35, 50, 3)
-    assert 0.05 < out.alpha.mean().item() < 0.95  # neither empty nor saturated
+def test_the_renderer_hands_the_toolchain_its_check():
+    assert render_check() is compare_backends
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gsnb.notebook.controls import control_for
+from gsnb.live.controls import control_for
 from gsnb.train.knobs import Knob
 from gsnb.viewer.gui import add_knob_control, hex_to_rgb, rgb_to_hex
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from gsnb.live.imaging import to_uint8
 from gsnb.model import GaussianModel
-from gsnb.notebook.imaging import to_uint8
 from gsnb.train import TrainConfig, Trainer
 from gsnb.viewer import Viewer
 from gsnb.viewer.cameras import pose_of_view, view_from_pose

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from gsnb import kernels
 from gsnb.train.knobs import knob
 from gsnb.train.strategy import ops
 from gsnb.train.strategy.base import Strategy
@@ -113,9 +114,11 @@ class DefaultStrategy(Strategy):
         _running_sums(params, state)
         cams, radii = info["n_cameras"], info["radii"]
         sx, sy = info["width"] / 2.0 * cams, info["height"] / 2.0 * cams
-        fused = _accumulate_kernel(grads, radii)
-        if fused is not None:
-            fused(grads, radii, sx, sy, state["grad2d"], state["count"])
+        if _fused(grads, radii):
+            kernels.accumulate_grad2d(
+                grads=grads, radii=radii, sx=sx, sy=sy, grad2d=state["grad2d"],
+                count=state["count"],
+            )  # fmt: skip
             return
         norm = grads.new_tensor([sx, sy])
         visible = (radii > 0).all(-1)  # [C, N]
@@ -161,15 +164,11 @@ class DefaultStrategy(Strategy):
         return ops.remove(params, optimizer, state, doomed)
 
 
-def _accumulate_kernel(grads: Tensor, radii: Tensor) -> Any:
-    """The one-launch ``accumulate`` of ``csrc/densify.cu`` when it takes these tensors."""
-    if not (grads.is_cuda and grads.dtype == torch.float32 and grads.is_contiguous()):
-        return None
+def _fused(grads: Tensor, radii: Tensor) -> bool:
+    """Whether the one-launch ``accumulate`` of ``csrc/densify.cu`` takes these tensors."""
     if radii.dtype != torch.int32 or not radii.is_contiguous() or radii.shape != grads.shape:
-        return None
-    from gsnb.raster import cuda
-
-    return cuda.kernel("accumulate_grad2d")
+        return False
+    return radii.device == grads.device and kernels.applies("accumulate_grad2d", grads)
 
 
 def _running_sums(params: MutableMapping[str, nn.Parameter], state: dict) -> None:

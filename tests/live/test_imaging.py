@@ -1,4 +1,4 @@
-"""Tests for gsnb/notebook/imaging.py."""
+"""Tests for gsnb/live/imaging.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from gsnb.notebook.imaging import encode_image, to_uint8
+from gsnb.live.imaging import encode_image, to_uint8
 
 
 def test_to_uint8_rounds_clips_and_cleans():

@@ -1,4 +1,4 @@
-"""Tests for gsnb/notebook/controls.py: every real knob gets a control that can show its value."""
+"""Tests for gsnb/live/controls.py: every real knob gets a control that can show its value."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gsnb.notebook.controls import (
+from gsnb.live.controls import (
     ControlSpec,
     clamp_to_control,
     control_for,

@@ -1,4 +1,4 @@
-"""Tests for gsnb/notebook/throttle.py: rate limits, the time budget and the inbox."""
+"""Tests for gsnb/live/throttle.py: rate limits, the time budget and the inbox."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from gsnb.notebook.throttle import Inbox, RateLimit, TimeBudget
+from gsnb.live.throttle import Inbox, RateLimit, TimeBudget
 
 
 def test_rate_limit_spacing():

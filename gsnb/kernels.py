@@ -1,0 +1,330 @@
+"""The compiled ``csrc/`` extension: the module in use and one wrapper per op, arguments named.
+
+The module is the one :mod:`gsnb.toolchain` built or loaded in this process
+(``%gs_build`` / ``gsnb build``, or a cached build found on first use). Each wrapper
+below calls the op of the same name in ``csrc/ext.cpp`` with its arguments in the C++
+order; a tensor argument's shape is in its trailing comment (C cameras, N Gaussians,
+K SH coefficients, B images of H x W pixels and ``ch`` channels). :func:`applies` is
+the one test of whether a fused kernel may run on given tensors; the callers keep a
+PyTorch path for everything else.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+from gsnb import toolchain
+
+__all__ = [
+    "accumulate_grad2d",
+    "adam_step",
+    "applies",
+    "bin_splats",
+    "extension",
+    "health_sums",
+    "photometric_backward",
+    "photometric_forward",
+    "project_backward",
+    "project_forward",
+    "rasterize_backward",
+    "rasterize_forward",
+    "require",
+    "set_extension",
+    "ssim_backward",
+    "ssim_forward",
+]
+
+
+def set_extension(module: ModuleType | None) -> None:
+    """Use ``module`` (a built ``csrc/`` extension) for every kernel; ``None`` forgets it, so
+    the next :func:`extension` looks for a cached build again.
+
+    Example:
+        >>> set_extension(extension())  # the same module again: nothing changes
+    """
+    toolchain.use_module(module)
+
+
+def extension() -> ModuleType | None:
+    """The extension in use, loading a cached build on first call; ``None`` if there is none.
+
+    Example:
+        >>> from gsnb import toolchain
+        >>> extension() is toolchain.loaded_module()  # None until a build exists for this GPU
+        True
+    """
+    return toolchain.loaded_module()
+
+
+def require() -> ModuleType:
+    """The extension in use; raises ``RuntimeError`` saying how to build it when there is none."""
+    ext = extension()
+    if ext is None:
+        raise RuntimeError(
+            "the CUDA rasterizer is not built for this environment; run %gs_build in a notebook "
+            "or `gsnb build` in a terminal"
+        )
+    return ext
+
+
+def applies(op: str, *tensors: Tensor, contiguous: bool = True) -> bool:
+    """Whether the fused kernel ``op`` may run on ``tensors``: all float32 on one CUDA device,
+    contiguous (unless ``contiguous=False``: the caller makes them so), and the extension
+    built with ``op``.
+
+    Example:
+        >>> import torch
+        >>> applies("adam_step", torch.zeros(3))  # a CPU tensor
+        False
+    """
+    if not all(t.is_cuda and t.dtype == torch.float32 for t in tensors):
+        return False
+    if contiguous and not all(t.is_contiguous() for t in tensors):
+        return False
+    if len({t.device for t in tensors}) > 1:
+        return False
+    ext = extension()
+    return ext is not None and hasattr(ext, op)
+
+
+# The rasterizer (gsnb.raster.cuda's autograd functions).
+
+
+def project_forward(
+    *,
+    means: Tensor,  # [N, 3]
+    quats: Tensor,  # [N, 4] wxyz
+    scales: Tensor,  # [N, 3] linear, or log-scales when stored
+    opacities: Tensor,  # [N] in [0, 1], or logits when stored
+    coeffs: Tensor,  # [N, 3] RGB, or [N, K, 3] SH ([N, 1, 3] sh0 beside rest)
+    rest: Tensor | None,  # [N, K-1, 3] SH after coeffs, or None
+    viewmats: Tensor,  # [C, 4, 4]
+    Ks: Tensor,  # [C, 3, 3]
+    width: int,
+    height: int,
+    near_plane: float,
+    far_plane: float,
+    sh_degree: int,  # -1: coeffs are RGB
+    with_depth: bool,
+    stored: bool,
+) -> list[Tensor]:
+    """EWA projection, colours and tile counts: ``[means2d [C, N, 2], conics [C, N, 3],
+    depths [C, N], radii [C, N, 2] int32, feats [C, N, 3 or 4 with depth], tiles [C, N] int32]``.
+    """
+    return require().project_forward(
+        means, quats, scales, opacities, coeffs, rest, viewmats, Ks, width, height, near_plane,
+        far_plane, sh_degree, with_depth, stored,
+    )  # fmt: skip
+
+
+def project_backward(
+    *,
+    means: Tensor,  # [N, 3]
+    quats: Tensor,  # [N, 4]
+    scales: Tensor,  # [N, 3]
+    coeffs: Tensor,  # [N, 3] or [N, K, 3]
+    rest: Tensor | None,  # [N, K-1, 3] or None
+    viewmats: Tensor,  # [C, 4, 4]
+    Ks: Tensor,  # [C, 3, 3]
+    width: int,
+    height: int,
+    near_plane: float,
+    far_plane: float,
+    sh_degree: int,
+    radii: Tensor,  # [C, N, 2] int32
+    conics: Tensor,  # [C, N, 3]
+    v_means2d: Tensor,  # [C, N, 2]
+    v_conics: Tensor,  # [C, N, 3]
+    v_feats: Tensor,  # [C, N, 3 or 4]
+    v_depths: Tensor,  # [C, N], or empty: zero
+    stored: bool,
+) -> list[Tensor]:
+    """Gradients of :func:`project_forward`: ``[v_means, v_quats, v_scales, v_coeffs, v_rest]``
+    (``v_rest`` empty without ``rest``)."""
+    return require().project_backward(
+        means, quats, scales, coeffs, rest, viewmats, Ks, width, height, near_plane, far_plane,
+        sh_degree, radii, conics, v_means2d, v_conics, v_feats, v_depths, stored,
+    )  # fmt: skip
+
+
+def bin_splats(
+    *,
+    means2d: Tensor,  # [C, N, 2]
+    conics: Tensor,  # [C, N, 3]
+    opacities: Tensor,  # [N]
+    depths: Tensor,  # [C, N]
+    radii: Tensor,  # [C, N, 2] int32
+    tiles: Tensor,  # [C, N] int32
+    width: int,
+    height: int,
+    stored: bool,
+) -> list[Tensor]:
+    """Splat-tile intersections sorted by tile and depth: ``[offsets [C, tiles_y, tiles_x]
+    int32, flat_ids [M] int32]``."""
+    return require().bin_splats(
+        means2d, conics, opacities, depths, radii, tiles, width, height, stored
+    )
+
+
+def rasterize_forward(
+    *,
+    means2d: Tensor,  # [C, N, 2]
+    conics: Tensor,  # [C, N, 3]
+    feats: Tensor,  # [C, N, 3 or 4]
+    opacities: Tensor,  # [N]
+    offsets: Tensor,  # [C, tiles_y, tiles_x] int32
+    flat_ids: Tensor,  # [M] int32
+    width: int,
+    height: int,
+    backgrounds: Tensor | None,  # [C, 3] or None
+    stored: bool,
+) -> list[Tensor]:
+    """Front-to-back blending: ``[rgb [C, H, W, 3], depth [C, H, W, 1] (empty without a depth
+    channel), alpha [C, H, W, 1], last_ids [C, H, W] int32]``."""
+    return require().rasterize_forward(
+        means2d, conics, feats, opacities, offsets, flat_ids, width, height, backgrounds, stored
+    )
+
+
+def rasterize_backward(
+    *,
+    means2d: Tensor,  # [C, N, 2]
+    conics: Tensor,  # [C, N, 3]
+    feats: Tensor,  # [C, N, 3 or 4]
+    opacities: Tensor,  # [N]
+    offsets: Tensor,  # [C, tiles_y, tiles_x] int32
+    flat_ids: Tensor,  # [M] int32
+    width: int,
+    height: int,
+    alpha: Tensor,  # [C, H, W, 1]
+    depth: Tensor,  # [C, H, W, 1] or empty
+    last_ids: Tensor,  # [C, H, W] int32
+    v_rgb: Tensor,  # [C, H, W, 3]
+    v_depth: Tensor,  # [C, H, W, 1], or empty: zero
+    v_alpha: Tensor,  # [C, H, W, 1], or empty: zero
+    absgrad: bool,
+    backgrounds: Tensor | None,  # [C, 3] or None
+    stored: bool,
+) -> list[Tensor]:
+    """Gradients of :func:`rasterize_forward`: ``[v_means2d, v_conics, v_feats, v_opacities]``,
+    then ``|v_means2d|`` summed over pixels ``[C, N, 2]`` when ``absgrad``."""
+    return require().rasterize_backward(
+        means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha, depth,
+        last_ids, v_rgb, v_depth, v_alpha, absgrad, backgrounds, stored,
+    )  # fmt: skip
+
+
+# The training kernels (gsnb.train: losses, optimiser, health, densification).
+
+
+def ssim_forward(
+    *,
+    img1: Tensor,  # [B, H, W, ch] the render
+    img2: Tensor,  # [B, H, W, ch] the target
+    pad: int,
+    sigma: float,
+    c1: float,
+    c2: float,
+    with_grad: bool,
+) -> list[Tensor]:
+    """The SSIM map ``[B, Ho, Wo, ch]`` and, when ``with_grad``, the three derivative maps the
+    backward pass reads (``d_mu, d_xx, d_xy``, each ``[B, Ho, Wo, ch]``)."""
+    return require().ssim_forward(img1, img2, pad, sigma, c1, c2, with_grad)
+
+
+def ssim_backward(
+    *,
+    img1: Tensor,  # [B, H, W, ch]
+    img2: Tensor,  # [B, H, W, ch]
+    v_map: Tensor,  # [B, Ho, Wo, ch]
+    d_mu: Tensor,  # [B, Ho, Wo, ch]
+    d_xx: Tensor,  # [B, Ho, Wo, ch]
+    d_xy: Tensor,  # [B, Ho, Wo, ch]
+    pad: int,
+    sigma: float,
+) -> Tensor:
+    """The gradient ``[B, H, W, ch]`` of :func:`ssim_forward`'s map with respect to ``img1``."""
+    return require().ssim_backward(img1, img2, v_map, d_mu, d_xx, d_xy, pad, sigma)
+
+
+def photometric_forward(
+    *,
+    img1: Tensor,  # [B, H, W, ch] the render
+    img2: Tensor,  # [B, H, W, ch] the target
+    pad: int,
+    sigma: float,
+    c1: float,
+    c2: float,
+    lam: float,  # weight of 1 - SSIM
+    with_grad: bool,
+) -> list[Tensor]:
+    """``[stats [4] (loss, l1, ssim, mse), d_mu, d_xx, d_xy]``, the derivative maps
+    ``[B, Ho, Wo, ch]`` (empty without ``with_grad``)."""
+    return require().photometric_forward(img1, img2, pad, sigma, c1, c2, lam, with_grad)
+
+
+def photometric_backward(
+    *,
+    img1: Tensor,  # [B, H, W, ch]
+    img2: Tensor,  # [B, H, W, ch]
+    d_mu: Tensor,  # [B, Ho, Wo, ch]
+    d_xx: Tensor,  # [B, Ho, Wo, ch]
+    d_xy: Tensor,  # [B, Ho, Wo, ch]
+    pad: int,
+    sigma: float,
+    lam: float,
+    g_loss: Tensor | None,  # [] or None: zero
+    g_l1: Tensor | None,  # [] or None
+    g_ssim: Tensor | None,  # [] or None
+    g_mse: Tensor | None,  # [] or None
+) -> Tensor:
+    """The gradient ``[B, H, W, ch]`` of :func:`photometric_forward`'s four values with respect
+    to ``img1``, given theirs."""
+    return require().photometric_backward(
+        img1, img2, d_mu, d_xx, d_xy, pad, sigma, lam, g_loss, g_l1, g_ssim, g_mse
+    )
+
+
+def health_sums(
+    *,
+    scales: Tensor,  # [N, 3] log-scales
+    opacities: Tensor,  # [N] logits
+    params: list[Tensor],  # at most 8, any shapes
+    grads: list[Tensor],  # at most 8, any shapes
+) -> Tensor:
+    """The sums of :func:`gsnb.train.health.health_sums`, float64 ``[9]``, in one pass."""
+    return require().health_sums(scales, opacities, params, grads)
+
+
+def adam_step(
+    *,
+    params: list[Tensor],  # updated in place
+    grads: list[Tensor],  # shapes of params
+    exp_avgs: list[Tensor],  # shapes of params, updated in place
+    exp_avg_sqs: list[Tensor],  # shapes of params, updated in place
+    step_sizes: list[float],  # lr / (1 - beta1^t), one per tensor
+    bias2_sqrts: list[float],  # sqrt(1 - beta2^t), one per tensor
+    beta1: float,
+    beta2: float,
+    eps: float,
+) -> None:
+    """One Adam update of every tensor of ``params`` in one launch."""
+    require().adam_step(
+        params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts, beta1, beta2, eps
+    )
+
+
+def accumulate_grad2d(
+    *,
+    grads: Tensor,  # [C, N, 2] screen-space gradients
+    radii: Tensor,  # [C, N, 2] int32
+    sx: float,  # width / 2 * C
+    sy: float,  # height / 2 * C
+    grad2d: Tensor,  # [N] running sum of norms, updated in place
+    count: Tensor,  # [N] running count of views, updated in place
+) -> None:
+    """Add each visible Gaussian's normalised gradient norm to ``grad2d`` and 1 to ``count``."""
+    require().accumulate_grad2d(grads, radii, sx, sy, grad2d, count)

@@ -89,8 +89,9 @@ class SceneDataset:
     ``points [P, 3]`` float32 and ``points_rgb [P, 3]`` in [0, 1] seed the
     Gaussians; ``random_points`` says they were drawn in the cameras' view because the
     capture has none (a transforms.json without a point cloud). ``center [3]`` is the
-    mean of the training cameras' centres and ``extent`` 1.1 times their largest distance from it (INRIA's radius; every
-    camera counts when none is for training, and a lone camera gives 1.0).
+    mean of the training cameras' centres and ``extent`` 1.1 times their largest distance
+    from it (INRIA's radius; every camera counts when none is for training, and a lone
+    camera gives 1.0).
 
     Example:
         >>> import tempfile

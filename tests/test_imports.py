@@ -195,3 +195,29 @@ def test_the_walk_sees_every_kind_of_import(tmp_path: Path) -> None:
     assert all_cycles(graph) == [["gsnb.a", "gsnb.b", "gsnb.c", "gsnb.a"]]
     del graph["gsnb.c"]
     assert find_cycle(graph) is None and all_cycles(graph) == []
+
+
+def readme_layers(readme: Path = PACKAGE.parent / "README.md") -> list[str]:
+    """The README architecture block's layers, top first: ``gsnb/raster/`` -> ``gsnb.raster``."""
+    text = readme.read_text(encoding="utf-8").split("## Architecture", 1)[1]
+    block = text.split("```text", 1)[1].split("```", 1)[0]
+    names = [line.split()[0] for line in block.splitlines() if line.startswith("gsnb/")]
+    return [n.rstrip("/").removesuffix(".py").replace("/", ".") for n in names]
+
+
+def test_the_readme_architecture_lists_every_layer_in_import_order() -> None:
+    """Every layer is in the README's list, and each imports only layers listed below it."""
+    order = readme_layers()
+    graph = layer_graph(all_imports(), PACKAGE.name)
+    # The command line dispatches by name and _-modules are private leaves: not layers.
+    layers = {n for edge in graph.items() for n in (edge[0], *edge[1])}
+    layers = {n for n in layers if n != "gsnb.cli" and not n.split(".")[-1].startswith("_")}
+    assert not layers - set(order), f"layers missing from the README: {layers - set(order)}"
+    upward = [
+        f"{i.where}: {a} imports {b}, listed above it"
+        for a, targets in graph.items()
+        for b, found in targets.items()
+        if a in order and b in order and order.index(b) < order.index(a)
+        for i in found[:1]
+    ]
+    assert not upward, "imports against the README's layer order:\n" + "\n".join(upward)

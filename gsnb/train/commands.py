@@ -29,7 +29,7 @@ from gsnb.train.options import (
     add_resume_option,
     add_strategy_option,
 )
-from gsnb.train.strategy import make_strategy
+from gsnb.train.strategy import Strategy, make_strategy
 from gsnb.train.trainer import Trainer
 from gsnb.utils.atomic import atomic_write
 
@@ -344,13 +344,37 @@ def demo_config(
     """
     defaults = DEMO_DEFAULTS | {"steps": demo_settings(device)["steps"]}
     config = TrainConfig.from_args(args, defaults, device=device.type, out_dir=str(out))
-    steps = config.steps
-    schedule = {
+    return config, demo_schedule(config.steps)
+
+
+def demo_schedule(steps: int) -> dict[str, int]:
+    """The 3DGS densification schedule compressed to a run of ``steps``.
+
+    Example:
+        >>> demo_schedule(700)
+        {'refine_start_iter': 116, 'refine_every': 50, 'refine_stop_iter': 525}
+    """
+    return {
         "refine_start_iter": steps // 6,
         "refine_every": max(50, steps // 60),
         "refine_stop_iter": steps * 3 // 4,
     }
-    return config, schedule
+
+
+def demo_strategy(name: str, steps: int, cap: int) -> Strategy:
+    """The demo's strategy for a run of ``steps``: MCMC capped at ``cap`` Gaussians, or the
+    3DGS recipe without opacity resets (too short a run to recover from one).
+
+    Example:
+        >>> demo_strategy("mcmc", 700, 3000).cap_max
+        3000
+    """
+    settings = demo_schedule(steps)
+    if name == "mcmc":
+        settings |= {"cap_max": cap}
+    else:
+        settings |= {"reset_every": 10**9}
+    return make_strategy(name, **settings)
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -392,7 +416,7 @@ def _new_demo(
 
     size = args.size or preset["size"]
     views = args.views or preset["views"]
-    config, schedule = demo_config(args, device, out)
+    config, _ = demo_config(args, device, out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"gsnb demo: ray tracing {views} views of {size}x{size} px into {out / 'scene'}")
     root = make_synthetic_scene(
@@ -400,16 +424,8 @@ def _new_demo(
     )
     config.data = str(Path(root).resolve())  # recorded in checkpoints: --resume finds it
     data = load_dataset(root, downscale=config.downscale, test_every=config.test_every)
-    strategy = make_strategy(
-        args.strategy, **_strategy_settings(args.strategy, schedule, preset["cap"])
-    )
+    strategy = demo_strategy(args.strategy, config.steps, preset["cap"])
     return Trainer(data, config, strategy=strategy)
-
-
-def _strategy_settings(name: str, schedule: dict[str, int], cap: int) -> dict[str, int]:
-    if name == "mcmc":
-        return schedule | {"cap_max": cap}
-    return schedule | {"reset_every": 10**9}  # too short a run to recover from a reset
 
 
 def demo_video(trainer: Trainer, out: Path, size: int, frames: int) -> Path:

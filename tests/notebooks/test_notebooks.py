@@ -229,3 +229,23 @@ def test_run_full_needs_a_gpu_or_allow_cpu(tmp_path: Path, capsys: pytest.Captur
     assert run_full.main(["--out", str(tmp_path / "runs")]) == 1
     assert "--allow-cpu" in capsys.readouterr().out
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_04_trains_the_demo_scene_on_the_demo_budget(gpu: bool) -> None:
+    """Notebook 04's own scene settings are ``gsnb demo``'s, on a CPU and on a GPU."""
+    from gsnb.train.commands import demo_settings
+
+    notebook = nbformat.read(NOTEBOOK_DIR / "04_export.ipynb", as_version=4)
+    (cell,) = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
+    values: dict[str, Any] = {}
+    exec(cell.source.replace("torch.cuda.is_available()", repr(gpu)), {"torch": torch}, values)
+    demo = demo_settings(torch.device("cuda" if gpu else "cpu"))
+    mine = {
+        "size": values["scene_size"],
+        "views": values["scene_views"],
+        "points": values["scene_points"],
+        "steps": values["train_steps"],
+        "cap": values["gaussian_cap"],
+    }
+    assert mine == {k: demo[k] for k in mine}

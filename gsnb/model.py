@@ -39,8 +39,14 @@ class GaussianModel(nn.Module):
         (100, 1, (100, 3, 3))
     """
 
-    def __init__(self, splats: dict[str, Tensor]) -> None:
+    def __init__(
+        self,
+        splats: dict[str, Tensor],
+        background: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    ) -> None:
         super().__init__()
+        # The colour it was trained over: renders without a dataset use it (video, viewer).
+        self.background = checked_background(background)
         missing = [k for k in SPLAT_KEYS if k not in splats]
         if missing:
             raise ValueError(f"GaussianModel needs tensors {SPLAT_KEYS}; missing {missing}")
@@ -120,6 +126,7 @@ class GaussianModel(nn.Module):
         payload = {
             "format": "gsnb-model-1",
             "splats": {k: v.detach().cpu() for k, v in self.splats.items()},
+            "background": list(self.background),
         }
         if extra:
             payload["extra"] = extra
@@ -164,7 +171,24 @@ class GaussianModel(nn.Module):
             isinstance(splats.get(k), Tensor) for k in SPLAT_KEYS
         ):
             raise ValueError(f"{path} holds no complete set of Gaussians {SPLAT_KEYS}")
-        return cls(splats)
+        try:  # files from before gsnb recorded it were trained over black
+            background = checked_background(payload.get("background", (0.0, 0.0, 0.0)))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path} records a bad background colour: {err}") from err
+        return cls(splats, background)
+
+
+def checked_background(colour: Any) -> tuple[float, float, float]:
+    """``colour`` as three floats in [0, 1] (RGB), or ValueError saying what is wrong.
+
+    Example:
+        >>> checked_background([1, 1, 1])
+        (1.0, 1.0, 1.0)
+    """
+    values = tuple(float(c) for c in colour)
+    if len(values) != 3 or not all(0.0 <= c <= 1.0 for c in values):
+        raise ValueError(f"a background is 3 values in [0, 1] (RGB), got {list(values)}")
+    return values  # type: ignore[return-value]
 
 
 def knn_distances(points: Tensor, k: int = 3) -> Tensor:

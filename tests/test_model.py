@@ -93,3 +93,16 @@ def test_init_rejects_misshapen_tensors() -> None:
         GaussianModel(splats | {"scales": torch.zeros(3, 2)})
     with pytest.raises(ValueError, match="missing"):
         GaussianModel({"means": torch.zeros(3, 3)})
+
+
+def test_the_background_is_saved_and_read_back(tmp_path) -> None:
+    model = GaussianModel.from_points(torch.rand(5, 3), torch.rand(5, 3))
+    model.background = (1.0, 1.0, 1.0)
+    model.save(tmp_path / "m.pt")
+    assert GaussianModel.load(tmp_path / "m.pt").background == (1.0, 1.0, 1.0)
+    old = {"format": "gsnb-model-1", "splats": {k: v.detach() for k, v in model.splats.items()}}
+    torch.save(old, tmp_path / "old.pt")  # written before checkpoints recorded it
+    assert GaussianModel.load(tmp_path / "old.pt").background == (0.0, 0.0, 0.0)
+    torch.save({**old, "background": [2.0, 0, 0]}, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match="bad background"):
+        GaussianModel.load(tmp_path / "bad.pt")

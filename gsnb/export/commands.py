@@ -145,7 +145,8 @@ class VideoOptions:
         fps: frames per second (default 30).
         quality: encoder quality, 0 (small) to 10 (best) (default 8).
         fov: vertical field of view in degrees of an orbit without ``data`` (default 50).
-        background: RGB in [0, 1] behind the Gaussians; None: the dataset's, else black.
+        background: RGB in [0, 1] behind the Gaussians; None: the dataset's, else the one
+            the model was trained over (its checkpoint records it).
         device: device to render on; None: the model's.
         progress: show a progress bar (default True).
 
@@ -304,9 +305,11 @@ def make_video(
     size = o.size or (_even(cameras.size) if cameras else DEFAULT_SIZE)
     if o.frames < 1:
         raise ValueError(f"--frames must be at least 1, got {o.frames}")
-    background = o.background or (cameras.background if cameras else (0.0, 0.0, 0.0))
+    # Without a dataset, the colour the model was trained over (its checkpoint records it).
+    background = o.background or (cameras.background if cameras else model.background)
     if o.device and torch.device(o.device) != model.splats["means"].device:
-        model = GaussianModel(model.splats).to(o.device)  # a copy: the caller's model stays put
+        # A copy: the caller's model stays put.
+        model = GaussianModel(model.splats, model.background).to(o.device)
     viewmats, Ks = camera_path(o.path, o.frames, size, model, cameras, o.fov)
     return render_video(
         model, out, viewmats, Ks, size, o.render_size, o.fps, o.quality,

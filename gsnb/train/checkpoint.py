@@ -176,6 +176,7 @@ def training_payload(
         },
         "skipped_steps": int(skipped_steps),
         "pending_knobs": dict(pending_knobs or {}),
+        "background": list(model.background),
     }
 
 
@@ -290,7 +291,7 @@ def read_training_state(path: str | os.PathLike[str]) -> TrainingState:
         config = TrainConfig.from_dict(dict(payload["config"]))
         settings = dict(payload["strategy"]["settings"])
         strategy = make_strategy(settings.pop("name"), **settings)
-        model = GaussianModel(payload["splats"])
+        model = GaussianModel(payload["splats"], payload.get("background", (0.0, 0.0, 0.0)))
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(
             f"checkpoint {path} holds invalid settings or tensors: {err}"

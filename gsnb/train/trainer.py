@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from gsnb.model import GaussianModel
+from gsnb.model import GaussianModel, checked_background
 from gsnb.raster import RenderResult
 from gsnb.train import checkpoint as ckpt
 from gsnb.train import regularizers
@@ -126,6 +126,7 @@ class Trainer(TrainingControl):
         self.train_images = ViewImages(dataset.train, self.device, progress)
         self._test_images: ViewImages | None = None
         self.background = torch.tensor(dataset.background, dtype=torch.float32, device=self.device)
+        self.model.background = checked_background(dataset.background)  # saved with it
         self.optimizer = make_optimizer(self.model.splats, learning_rates(cfg, 0, self.extent))
         self.strategy_state: dict[str, Any] = self.strategy.initialize_state(self.extent)
         self._step = 0

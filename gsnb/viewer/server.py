@@ -79,7 +79,8 @@ class Viewer:
         preview_scale, rest_seconds, max_fps, max_size, refresh_share: see
             :class:`~gsnb.viewer.stream.FramePlanner`.
         jpeg_quality: quality of the streamed frames.
-        background: background colour of a model's renders (a trainer uses its dataset's).
+        background: background colour of a model's renders (default: the one it was trained
+            over, which its checkpoint records; a trainer uses its dataset's).
 
     Example:
         >>> import torch
@@ -105,7 +106,7 @@ class Viewer:
         max_size: int = 1920,
         refresh_share: float = 0.25,
         jpeg_quality: int = 80,
-        background: tuple[float, float, float] = (0.0, 0.0, 0.0),
+        background: tuple[float, float, float] | None = None,
     ) -> None:
         try:
             import viser
@@ -142,6 +143,8 @@ class Viewer:
         }
         FramePlanner(**self._planner_args)  # check the arguments before binding a port
         self.jpeg_quality = int(jpeg_quality)
+        if background is None:  # what the scene was trained over
+            background = self.model.background if self.model is not None else (0.0, 0.0, 0.0)
         self.background = torch.tensor(background, dtype=torch.float32)
         self.dataset = dataset
         self.host = host

@@ -147,3 +147,28 @@ def test_video_of_fox_points_through_the_cli(fox, tmp_path):
         == 0
     )
     assert _frames(out) == 3
+
+
+def test_a_video_without_data_uses_the_background_the_model_was_trained_over(tmp_path):
+    """A white-background scene, its dataset not given: the frames are white, not black."""
+    from gsnb.data.dataset import load_dataset
+    from gsnb.data.synthetic import make_synthetic_scene
+    from gsnb.train import TrainConfig, Trainer
+
+    data = load_dataset(make_synthetic_scene(tmp_path / "scene", num_views=4, size=16))
+    assert data.background == (1.0, 1.0, 1.0)
+    trainer = Trainer(data, TrainConfig(steps=1, device="cpu"))
+    path = trainer.save_checkpoint(tmp_path / "checkpoint.pt")
+    model = GaussianModel.load(path)
+    assert model.background == (1.0, 1.0, 1.0)
+    with torch.no_grad():
+        model.splats["opacities"].fill_(-30.0)  # nothing drawn: only the background shows
+    from gsnb.export.commands import make_video
+
+    out = make_video(
+        model, tmp_path / "v.mp4", VideoOptions(size=(32, 32), frames=2, progress=False)
+    )
+    import imageio.v2 as imageio
+
+    frame = imageio.mimread(out)[0]
+    assert frame.min() > 240  # white, up to H.264's rounding

@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "host.h"
 #include "ops.h"
 
 namespace gsnb {
@@ -47,10 +48,9 @@ __global__ void adam_kernel(AdamTensors list, float beta1, float one_minus_beta1
 }
 
 // t is a contiguous float32 tensor on `device` with `numel` values.
-void check_float(const at::Tensor& t, const at::Device& device, int64_t numel, const char* what,
+void check_entry(const at::Tensor& t, const at::Device& device, int64_t numel, const char* what,
                  int64_t i) {
-  TORCH_CHECK(t.device() == device && t.scalar_type() == at::kFloat && t.is_contiguous(),
-              "adam_step: ", what, " ", i, " must be a contiguous float32 tensor on ", device);
+  check_input(t, device, "adam_step", c10::str(what, " ", i));
   TORCH_CHECK(t.numel() == numel, "adam_step: ", what, " ", i, " has ", t.numel(),
               " values, its parameter ", numel);
 }
@@ -67,17 +67,16 @@ void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tens
                   step_sizes.size() == count && bias2_sqrts.size() == count,
               "adam_step: the lists differ in length");
   if (count == 0) return;
-  TORCH_CHECK(params[0].is_cuda(), "adam_step: the parameters must be CUDA tensors");
   const at::cuda::CUDAGuard guard(params[0].device());
   AdamTensors list{};
   int64_t most = 0;
   const at::Device device = params[0].device();
   for (size_t i = 0; i < count; ++i) {
     const int64_t numel = params[i].numel(), at = static_cast<int64_t>(i);
-    check_float(params[i], device, numel, "parameter", at);
-    check_float(grads[i], device, numel, "gradient", at);
-    check_float(exp_avgs[i], device, numel, "exp_avg", at);
-    check_float(exp_avg_sqs[i], device, numel, "exp_avg_sq", at);
+    check_entry(params[i], device, numel, "parameter", at);
+    check_entry(grads[i], device, numel, "gradient", at);
+    check_entry(exp_avgs[i], device, numel, "exp_avg", at);
+    check_entry(exp_avg_sqs[i], device, numel, "exp_avg_sq", at);
     list.t[i] = AdamTensor{params[i].data_ptr<float>(),  grads[i].data_ptr<float>(),
                            exp_avgs[i].data_ptr<float>(), exp_avg_sqs[i].data_ptr<float>(),
                            params[i].numel(),             static_cast<float>(step_sizes[i]),
@@ -85,8 +84,7 @@ void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tens
     most = std::max(most, params[i].numel());
   }
   if (most == 0) return;
-  const int blocks = static_cast<int>(std::min<int64_t>((most + kThreads - 1) / kThreads, 1024));
-  const dim3 grid(blocks, static_cast<unsigned>(count));
+  const dim3 grid(blocks_for(most, kThreads, 1024), static_cast<unsigned>(count));
   adam_kernel<<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       list, static_cast<float>(beta1), static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
       static_cast<float>(1.0 - beta2), static_cast<float>(eps));

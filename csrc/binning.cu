@@ -11,6 +11,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "common.cuh"
+#include "host.h"
 #include "ops.h"
 
 namespace gsnb {
@@ -83,8 +84,6 @@ int bits_for(int64_t n) {
   return bits;
 }
 
-int blocks(int64_t n) { return (int)((n + kThreads - 1) / kThreads); }
-
 // Stable radix sort of (key, value) pairs on the low `bits` bits with cub's double
 // buffers (small temporary storage); returns the buffers that hold the result.
 template <typename Key>
@@ -117,8 +116,7 @@ std::vector<at::Tensor> bin_splats(
   const c10::cuda::OptionalCUDAGuard guard(means2d.device());
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t c = means2d.size(0), n = means2d.size(1), total = c * n;
-  const int tiles_x = (width + kTile - 1) / kTile;
-  const int tiles_y = (height + kTile - 1) / kTile;
+  const int tiles_x = div_up(width, kTile), tiles_y = div_up(height, kTile);
   const int64_t num_tiles = (int64_t)tiles_x * tiles_y;
   TORCH_CHECK(c * num_tiles < (int64_t(1) << 31), "too many cameras x tiles: ", c * num_tiles);
   TORCH_CHECK(total < (int64_t(1) << 31), "too many cameras x Gaussians: ", total);
@@ -136,14 +134,14 @@ std::vector<at::Tensor> bin_splats(
     auto ids = at::empty({total}, iopt);
     if (c == 1) {
       auto keys = at::empty({total}, iopt);
-      depth_keys_kernel<uint32_t><<<blocks(total), kThreads, 0, stream>>>(
+      depth_keys_kernel<uint32_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
           total, n, depths.data_ptr<float>(), tiles.data_ptr<int>(),
           reinterpret_cast<uint32_t*>(keys.data_ptr<int>()), ids.data_ptr<int>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       order = sort_pairs<uint32_t>(keys, ids, 32, stream).second;
     } else {
       auto keys = at::empty({total}, means2d.options().dtype(at::kLong));
-      depth_keys_kernel<uint64_t><<<blocks(total), kThreads, 0, stream>>>(
+      depth_keys_kernel<uint64_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
           total, n, depths.data_ptr<float>(), tiles.data_ptr<int>(),
           reinterpret_cast<uint64_t*>(keys.data_ptr<int64_t>()), ids.data_ptr<int>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -155,7 +153,7 @@ std::vector<at::Tensor> bin_splats(
   auto lopt = means2d.options().dtype(at::kLong);
   auto counts = at::empty({total}, lopt);
   auto ends = at::empty({total}, lopt);
-  gather_counts_kernel<<<blocks(total), kThreads, 0, stream>>>(
+  gather_counts_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
       total, order.data_ptr<int>(), tiles.data_ptr<int>(), counts.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   {
@@ -181,7 +179,7 @@ std::vector<at::Tensor> bin_splats(
   // 3. One (camera, tile) key per intersection, then a stable sort on those keys only.
   auto keys = at::empty({m}, iopt);
   auto values = at::empty({m}, iopt);
-  emit_kernel<<<blocks(total), kThreads, 0, stream>>>(
+  emit_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
       total, n, order.data_ptr<int>(), ends.data_ptr<int64_t>(), means2d.data_ptr<float>(),
       conics.data_ptr<float>(), opacities.data_ptr<float>(), stored, radii.data_ptr<int>(), width,
       height, tiles_x, num_tiles, reinterpret_cast<uint32_t*>(keys.data_ptr<int>()),
@@ -193,7 +191,7 @@ std::vector<at::Tensor> bin_splats(
   keys = at::Tensor();
   values = at::Tensor();
 
-  tile_offsets_kernel<<<blocks(m), kThreads, 0, stream>>>(
+  tile_offsets_kernel<<<blocks_for(m, kThreads), kThreads, 0, stream>>>(
       m, reinterpret_cast<const uint32_t*>(sorted.first.data_ptr<int>()), c * num_tiles,
       offsets.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "host.h"
 #include "ops.h"
 
 namespace gsnb {
@@ -39,24 +40,23 @@ __global__ void accumulate_grad2d_kernel(
 
 void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double sx, double sy,
                        at::Tensor& grad2d, at::Tensor& count) {
-  TORCH_CHECK(grads.is_cuda() && grads.scalar_type() == at::kFloat && grads.is_contiguous() &&
-                  grads.dim() == 3 && grads.size(2) == 2,
-              "accumulate_grad2d: grads must be a contiguous CUDA float32 [C, N, 2], got ",
-              grads.sizes());
-  TORCH_CHECK(radii.device() == grads.device() && radii.scalar_type() == at::kInt &&
-                  radii.is_contiguous() && radii.sizes() == grads.sizes(),
-              "accumulate_grad2d: radii must be a contiguous int32 [C, N, 2] like grads, got ",
-              radii.sizes());
+  const char* who = "accumulate_grad2d";
+  check_input(grads, grads.device(), who, "grads");
+  TORCH_CHECK(grads.dim() == 3 && grads.size(2) == 2,
+              "accumulate_grad2d: grads must be [C, N, 2], got ", grads.sizes());
+  check_input(radii, grads.device(), who, "radii", at::kInt);
+  TORCH_CHECK(radii.sizes() == grads.sizes(),
+              "accumulate_grad2d: radii must be [C, N, 2] like grads, got ", radii.sizes());
   const int64_t num_cams = grads.size(0), n = grads.size(1);
   for (const at::Tensor* t : {&grad2d, &count}) {
-    TORCH_CHECK(t->device() == grads.device() && t->scalar_type() == at::kFloat &&
-                    t->is_contiguous() && t->numel() == n,
-                "accumulate_grad2d: the running sums must be contiguous float32 [N] with N = ", n);
+    check_input(*t, grads.device(), who, "a running sum");
+    TORCH_CHECK(t->numel() == n, "accumulate_grad2d: the running sums must be [N] with N = ", n,
+                ", got ", t->sizes());
   }
   if (n == 0 || num_cams == 0) return;
   const at::cuda::CUDAGuard guard(grads.device());
-  const int blocks = static_cast<int>((n + kThreads - 1) / kThreads);
-  accumulate_grad2d_kernel<<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  accumulate_grad2d_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
       static_cast<int>(num_cams), n, reinterpret_cast<const float2*>(grads.data_ptr<float>()),
       reinterpret_cast<const int2*>(radii.data_ptr<int>()), static_cast<float>(sx),
       static_cast<float>(sy), grad2d.data_ptr<float>(), count.data_ptr<float>());

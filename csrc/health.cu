@@ -11,13 +11,14 @@
 
 #include <cmath>
 
+#include "host.h"
 #include "ops.h"
+#include "reduce.cuh"
 
 namespace gsnb {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 constexpr int kMaxTensors = 8;
 
 struct TensorList {
@@ -41,18 +42,9 @@ enum Slot {
 
 __host__ __device__ constexpr bool is_max_slot(int s) { return s == kTopMax || s == kRatioMax; }
 
+// Folds two partials of slot s: the maxima by fmax, the rest by addition.
 __device__ __forceinline__ double combine(int s, double a, double b) {
   return is_max_slot(s) ? fmax(a, b) : a + b;
-}
-
-__device__ __forceinline__ double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ double warp_max(double v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, o));
-  return v;
 }
 
 __global__ void health_kernel(
@@ -99,32 +91,23 @@ __global__ void health_kernel(
       }
     }
   }
-  __shared__ double partial[kSlots][kWarps];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __shared__ double partial[kSlots][kThreads / kWarpSize];
   const double mine[kSlots] = {bad,       top_max,     top_sum, top_sq,  ratio_sum,
                                ratio_max, opacity_sum, grad_sq, grad_bad};
-#pragma unroll
-  for (int s = 0; s < kSlots; ++s) {
-    const double v = is_max_slot(s) ? warp_max(mine[s]) : warp_sum(mine[s]);
-    if (lane == 0) partial[s][warp] = v;
-  }
-  __syncthreads();
-  if (threadIdx.x >= kSlots) return;
-  const int s = threadIdx.x;
-  double v = partial[s][0];
-  for (int w = 1; w < kWarps; ++w) v = combine(s, v, partial[s][w]);
-  block_out[blockIdx.x * kSlots + s] = v;
+  const double v = block_reduce<kThreads>(
+      mine, partial, threadIdx.x, [](int s, double a, double b) { return combine(s, a, b); });
+  if (threadIdx.x < kSlots) block_out[blockIdx.x * kSlots + threadIdx.x] = v;
 }
 
 // One warp per slot folds the blocks' partials: lanes stride over the blocks, then a
 // shuffle tree; the order is fixed, so the result is deterministic.
 __global__ void health_finish_kernel(const double* __restrict__ block_out, int blocks,
                                      double* __restrict__ out) {
-  const int s = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int s = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   if (s >= kSlots) return;
-  double v = is_max_slot(s) ? -INFINITY : 0.0;
-  for (int b = lane; b < blocks; b += 32) v = combine(s, v, block_out[b * kSlots + s]);
-  v = is_max_slot(s) ? warp_max(v) : warp_sum(v);
+  const double v =
+      fold_blocks(block_out, blocks, kSlots, s, lane, is_max_slot(s) ? -INFINITY : 0.0,
+                  [s](double a, double b) { return combine(s, a, b); });
   if (lane == 0) out[s] = v;
 }
 
@@ -137,9 +120,7 @@ TensorList make_list(const std::vector<at::Tensor>& tensors, const at::Device& d
   list.count = static_cast<int>(tensors.size());
   for (int t = 0; t < list.count; ++t) {
     const at::Tensor& p = tensors[t];
-    TORCH_CHECK(p.device() == device && p.scalar_type() == at::kFloat && p.is_contiguous(),
-                "health_sums: ", what, " ", t, " must be a contiguous float32 tensor on ",
-                device);
+    check_input(p, device, "health_sums", c10::str(what, " ", t));
     list.ptr[t] = p.data_ptr<float>();
     list.numel[t] = p.numel();
   }
@@ -151,14 +132,13 @@ TensorList make_list(const std::vector<at::Tensor>& tensors, const at::Device& d
 at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
                        const std::vector<at::Tensor>& params,
                        const std::vector<at::Tensor>& grads) {
-  TORCH_CHECK(scales.is_cuda() && scales.scalar_type() == at::kFloat && scales.is_contiguous(),
-              "health_sums: scales must be a contiguous CUDA float32 tensor");
+  check_input(scales, scales.device(), "health_sums", "scales");
   TORCH_CHECK(scales.dim() == 2 && scales.size(1) == 3, "health_sums: scales must be [N, 3], got ",
               scales.sizes());
   const int64_t n = scales.size(0);
-  TORCH_CHECK(opacities.is_cuda() && opacities.scalar_type() == at::kFloat &&
-                  opacities.is_contiguous() && opacities.numel() == n,
-              "health_sums: opacities must be a contiguous CUDA float32 [N] with N = ", n);
+  check_input(opacities, scales.device(), "health_sums", "opacities");
+  TORCH_CHECK(opacities.numel() == n, "health_sums: opacities must be [N] with N = ", n, ", got ",
+              opacities.sizes());
   const at::cuda::CUDAGuard guard(scales.device());
   const TensorList list = make_list(params, scales.device(), "parameter");
   const TensorList grad_list = make_list(grads, scales.device(), "gradient");
@@ -166,7 +146,7 @@ at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
   int64_t most = n;
   for (const TensorList* l : {&list, &grad_list})
     for (int t = 0; t < l->count; ++t) most = std::max(most, l->numel[t] / 8);
-  const int blocks = static_cast<int>(std::min<int64_t>((most + kThreads - 1) / kThreads, 512));
+  const int blocks = blocks_for(most, kThreads, 512);
   auto options = scales.options().dtype(at::kDouble);
   auto block_out = at::empty({blocks, kSlots}, options);
   auto out = at::empty({kSlots}, options);

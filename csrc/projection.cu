@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "common.cuh"
+#include "host.h"
 #include "ops.h"
 #include "sh.cuh"
 
@@ -130,8 +131,6 @@ struct Coeffs {
   }
 };
 
-int blocks_for(int64_t n) { return (int)((n + kThreads - 1) / kThreads); }
-
 // The SH coefficients of a block's Gaussians are staged through shared memory: one
 // padded row per thread, filled and drained by coalesced, cooperative copies.
 __device__ __forceinline__ void stage_coeffs_in(
@@ -212,21 +211,12 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
     for (int ch = 0; ch < 3; ++ch) feat[ch] = cf.at(gid, ch);
     return;
   }
-  float dir[3];
-  view_dir(cam, means + gid * 3, dir);
-  const float inv = rsqrtf(fmaxf(dir[0] * dir[0] + dir[1] * dir[1] + dir[2] * dir[2], 1e-24f));
-  float basis[16];
-  sh_basis(sh_degree, dir[0] * inv, dir[1] * inv, dir[2] * inv, basis);
   // Only visible splats read their coefficients; one Gaussian's lie in a few cache lines.
-  const int nb = num_bases(sh_degree);
-  float acc[3] = {0.5f, 0.5f, 0.5f};
+  float dir[3], rgb[3];
+  view_dir(cam, means + gid * 3, dir);
+  sh_to_color(sh_degree, dir, [&](int e) { return cf.at(gid, e); }, rgb);
 #pragma unroll
-  for (int k = 0; k < 16; ++k)
-    if (k < nb)
-#pragma unroll
-      for (int ch = 0; ch < 3; ++ch) acc[ch] += basis[k] * cf.at(gid, k * 3 + ch);
-#pragma unroll
-  for (int ch = 0; ch < 3; ++ch) feat[ch] = fmaxf(acc[ch], 0.f);
+  for (int ch = 0; ch < 3; ++ch) feat[ch] = rgb[ch];
 }
 
 // With several cameras the per-camera gradients are summed atomically into zeroed
@@ -255,11 +245,11 @@ __device__ __forceinline__ void stage_coeffs_out(
 }
 
 // Gradients of one (camera, Gaussian) with respect to the Gaussian's parameters;
-// v_row receives the SH coefficient gradients (it holds the coefficients on entry).
+// row receives the SH coefficient gradients (it holds the coefficients on entry).
 __device__ __forceinline__ void splat_backward(
-    const Camera& cam, const Splat& sp, const float* mean, int sh_degree, float* row, const float* conic, const float* v_mean2d, const float* v_conic,
-    const float* vf, float v_depth, float* v_mean, float* v_quat, float* v_scale,
-    float* v_rgb) {
+    const Camera& cam, const Splat& sp, const float* mean, int sh_degree, float* row,
+    const float* conic, const float* v_mean2d, const float* v_conic, const float* vf,
+    float v_depth, float* v_mean, float* v_quat, float* v_scale, float* v_rgb) {
   const float z = sp.p[2];
   const float rz = 1.f / z, rz2 = rz * rz, rz3 = rz2 * rz;
 
@@ -269,44 +259,10 @@ __device__ __forceinline__ void splat_backward(
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) v_rgb[ch] = vf[ch];
   } else {
+    // The coefficients' gradients replace the coefficients in row.
     float d[3];
     view_dir(cam, mean, d);
-    const float len = sqrtf(fmaxf(d[0] * d[0] + d[1] * d[1] + d[2] * d[2], 1e-24f));
-    const float u[3] = {d[0] / len, d[1] / len, d[2] / len};
-    float basis[16];
-    sh_basis(sh_degree, u[0], u[1], u[2], basis);
-    const int nb = num_bases(sh_degree);
-    float g[3];
-#pragma unroll
-    for (int ch = 0; ch < 3; ++ch) {
-      float acc = 0.5f;
-#pragma unroll
-      for (int k = 0; k < 16; ++k)
-        if (k < nb) acc += basis[k] * row[k * 3 + ch];
-      g[ch] = acc >= 0.f ? vf[ch] : 0.f;
-    }
-    if (sh_degree > 0) {
-      float gx[16], gy[16], gz[16];
-      sh_basis_grad(sh_degree, u[0], u[1], u[2], gx, gy, gz);
-      float vu[3] = {0.f, 0.f, 0.f};
-#pragma unroll
-      for (int k = 1; k < 16; ++k) {
-        if (k < nb) {
-          const float w = row[k * 3] * g[0] + row[k * 3 + 1] * g[1] + row[k * 3 + 2] * g[2];
-          vu[0] += gx[k] * w;
-          vu[1] += gy[k] * w;
-          vu[2] += gz[k] * w;
-        }
-      }
-      const float dot = vu[0] * u[0] + vu[1] * u[1] + vu[2] * u[2];
-#pragma unroll
-      for (int i = 0; i < 3; ++i) v_dir_world[i] = (vu[i] - dot * u[i]) / len;
-    }
-#pragma unroll
-    for (int k = 0; k < 16; ++k)
-      if (k < nb)
-#pragma unroll
-        for (int ch = 0; ch < 3; ++ch) row[k * 3 + ch] = basis[k] * g[ch];
+    sh_to_color_vjp(sh_degree, d, [row](int e) { return row[e]; }, vf, row, v_dir_world);
   }
   // Conic -> 2D covariance: v_cov = -Q G Q with G the symmetric gradient of Q.
   const float A = conic[0], B = conic[1], Cc = conic[2];
@@ -483,12 +439,12 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
 // coeffs [N, K0, 3] followed by rest [N, KR, 3].
 Coeffs coeffs_view(const at::Tensor& coeffs, const std::optional<at::Tensor>& rest) {
   const bool split = rest.has_value() && rest->defined() && rest->numel() > 0;
-  if (split)
-    TORCH_CHECK(rest->device() == coeffs.device() && rest->scalar_type() == at::kFloat &&
-                    rest->is_contiguous() && rest->dim() == 3 && rest->size(2) == 3 &&
-                    rest->size(0) == coeffs.size(0),
-                "project: rest coefficients must be a contiguous float32 [N, K, 3] on ",
-                coeffs.device(), ", got ", rest->sizes());
+  if (split) {
+    check_input(*rest, coeffs.device(), "project", "rest coefficients");
+    TORCH_CHECK(rest->dim() == 3 && rest->size(2) == 3 && rest->size(0) == coeffs.size(0),
+                "project: rest coefficients must be [N, K, 3] with N = ", coeffs.size(0),
+                ", got ", rest->sizes());
+  }
   const int head_k = coeffs.dim() == 3 ? coeffs.size(1) : 1;
   return {coeffs.data_ptr<float>(), head_k, split ? rest->data_ptr<float>() : nullptr,
           split ? (int)rest->size(1) : 0};
@@ -513,7 +469,8 @@ std::vector<at::Tensor> project_forward(
   auto radii = at::empty({c, n, 2}, f.dtype(at::kInt));
   auto tiles = at::empty({c, n}, f.dtype(at::kInt));
   if (c * n > 0) {
-    project_forward_kernel<<<blocks_for(c * n), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    project_forward_kernel<<<blocks_for(c * n, kThreads), kThreads, 0, stream>>>(
         c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
         opacities.data_ptr<float>(), stored, cf, sh_degree, viewmats.data_ptr<float>(),
         Ks.data_ptr<float>(), width, height, near_plane, far_plane, means2d.data_ptr<float>(),
@@ -544,7 +501,8 @@ std::vector<at::Tensor> project_backward(
   auto v_rest = rest.has_value() && rest->defined() ? alloc(*rest) : at::empty({0}, means.options());
   if (c * n > 0) {
     const size_t smem = sh_degree >= 0 ? kThreads * ((sh_degree + 1) * (sh_degree + 1) * 3 + 1) * 4 : 0;
-    project_backward_kernel<<<blocks_for(c * n), kThreads, smem, c10::cuda::getCurrentCUDAStream()>>>(
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    project_backward_kernel<<<blocks_for(c * n, kThreads), kThreads, smem, stream>>>(
         c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(), stored,
         cf, sh_degree, viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height,
         near_plane, far_plane, radii.data_ptr<int>(), conics.data_ptr<float>(),

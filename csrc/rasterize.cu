@@ -6,29 +6,19 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "common.cuh"
+#include "host.h"
 #include "ops.h"
+#include "raster.cuh"
+#include "reduce.cuh"
 
 namespace gsnb {
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kDepthAlphaMin = 1e-10f;
 // Per splat of a batch, the block's summed gradients: means2d x y, conic a b c, the CH
 // features, opacity, |means2d| x y; one padded row of 13 per splat.
 constexpr int kGradSlots = 12;
 constexpr int kGradStride = 13;
-
-struct TileRange {
-  int start, end;
-};
-
-__device__ __forceinline__ TileRange tile_range(
-    const int* offsets, int cam, int tile, int num_tiles, int num_cams, int m) {
-  const int slot = cam * num_tiles + tile;
-  const bool last = slot == num_cams * num_tiles - 1;
-  return {offsets[slot], last ? m : offsets[slot + 1]};
-}
 
 template <int CH>
 __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
@@ -38,16 +28,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
     const float* __restrict__ background, float* __restrict__ out_rgb,
     float* __restrict__ out_depth, float* __restrict__ out_alpha, int* __restrict__ last_ids) {
-  const int cam = blockIdx.z;
-  const int tile = blockIdx.y * tiles_x + blockIdx.x;
-  const int tr = threadIdx.y * kTile + threadIdx.x;
-  const int i = blockIdx.y * kTile + threadIdx.y;
-  const int j = blockIdx.x * kTile + threadIdx.x;
-  const float px = (float)j + 0.5f, py = (float)i + 0.5f;
-  const bool inside = i < height && j < width;
-  const int64_t pix = ((int64_t)cam * height + i) * width + j;
-
-  const TileRange range = tile_range(offsets, cam, tile, tiles_x * tiles_y, num_cams, m);
+  const TilePixel p = tile_pixel(offsets, num_cams, width, height, tiles_x, tiles_y, m);
   __shared__ float3 s_xyo[kBlock];
   __shared__ float3 s_conic[kBlock];
   __shared__ float s_feat[kBlock * CH];
@@ -56,75 +37,43 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
   float acc[CH];
 #pragma unroll
   for (int ch = 0; ch < CH; ++ch) acc[ch] = 0.f;
-  int last = range.start;
-  bool done = !inside;
-  for (int base = range.start; base < range.end; base += kBlock) {
+  int last = p.start;
+  bool done = !p.inside;
+  for (int base = p.start; base < p.end; base += kBlock) {
     if (__syncthreads_count(done) == kBlock) break;
-    const int k = base + tr;
-    if (k < range.end) {
-      const int g = flat_ids[k];
-      const float2 xy = means2d[g];
-      s_xyo[tr] = make_float3(xy.x, xy.y, opacity_of(opacities[g % n], stored));
-      s_conic[tr] = conics[g];
-#pragma unroll
-      for (int ch = 0; ch < CH; ++ch) s_feat[tr * CH + ch] = feats[(int64_t)g * CH + ch];
-    }
+    const int k = base + p.tr;
+    if (k < p.end)
+      stage_splat<CH>(k, p.tr, n, stored, flat_ids, means2d, conics, feats, opacities, s_xyo,
+                      s_conic, s_feat);
     __syncthreads();
-    const int count = min(kBlock, range.end - base);
+    const int count = min(kBlock, p.end - base);
     for (int t = 0; t < count && !done; ++t) {
-      const float3 xyo = s_xyo[t];
-      const float3 co = s_conic[t];
-      const float dx = px - xyo.x, dy = py - xyo.y;
-      const float sigma = 0.5f * (co.x * dx * dx + co.z * dy * dy) + co.y * dx * dy;
-      if (sigma < 0.f) continue;
-      const float alpha = fminf(kAlphaMax, xyo.z * __expf(-sigma));
-      if (alpha < kAlphaMin) continue;
-      const float next_T = T * (1.f - alpha);
+      SplatAlpha hit;
+      if (!splat_alpha(s_xyo[t], s_conic[t], p.px, p.py, hit)) continue;
+      const float next_T = T * (1.f - hit.alpha);
       if (next_T < kTransmittanceMin) {
         done = true;
         break;
       }
-      const float w = alpha * T;
+      const float w = hit.alpha * T;
 #pragma unroll
       for (int ch = 0; ch < CH; ++ch) acc[ch] += w * s_feat[t * CH + ch];
       T = next_T;
       last = base + t + 1;
     }
   }
-  if (inside) {
+  if (p.inside) {
     // What is left of the transmittance shows the camera's background colour.
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch)
-      out_rgb[pix * 3 + ch] = acc[ch] + (background != nullptr ? T * background[cam * 3 + ch] : 0.f);
+      out_rgb[p.pix * 3 + ch] =
+          acc[ch] + (background != nullptr ? T * background[p.cam * 3 + ch] : 0.f);
     const float alpha = 1.f - T;
     // Expected depth: the blended depth over the blended alpha.
-    if (CH == 4) out_depth[pix] = acc[CH - 1] / fmaxf(alpha, kDepthAlphaMin);
-    out_alpha[pix] = alpha;
-    last_ids[pix] = last;
+    if (CH == 4) out_depth[p.pix] = acc[CH - 1] / fmaxf(alpha, kDepthAlphaMin);
+    out_alpha[p.pix] = alpha;
+    last_ids[p.pix] = last;
   }
-}
-
-// One step of a recursive-halving warp reduction: lanes exchange half of their HALF * 2
-// partial sums with the lane 2 * HALF away and keep the other half.
-template <int HALF>
-__device__ __forceinline__ void halve(float (&v)[16], int lane) {
-  const bool up = lane & (2 * HALF);
-#pragma unroll
-  for (int i = 0; i < HALF; ++i) {
-    const float send = up ? v[i] : v[i + HALF];
-    const float keep = up ? v[i + HALF] : v[i];
-    v[i] = keep + __shfl_xor_sync(kFullMask, send, 2 * HALF);
-  }
-}
-
-// Sums 16 values over the warp with 16 shuffles instead of 16 x 5: afterwards lane l
-// holds the warp total of value (l >> 1) & 15.
-__device__ __forceinline__ float warp_sum16(float (&v)[16], int lane) {
-  halve<8>(v, lane);
-  halve<4>(v, lane);
-  halve<2>(v, lane);
-  halve<1>(v, lane);
-  return v[0] + __shfl_xor_sync(kFullMask, v[0], 1);
 }
 
 template <int CH>
@@ -139,95 +88,70 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
     const float* __restrict__ v_out_alpha,
     float* __restrict__ v_means2d, float* __restrict__ v_conics, float* __restrict__ v_feats,
     float* __restrict__ v_opacities, float* __restrict__ v_means2d_abs) {
-  const int cam = blockIdx.z;
-  const int tile = blockIdx.y * tiles_x + blockIdx.x;
-  const int tr = threadIdx.y * kTile + threadIdx.x;
-  const int lane = tr & 31;
-  const int i = blockIdx.y * kTile + threadIdx.y;
-  const int j = blockIdx.x * kTile + threadIdx.x;
-  const float px = (float)j + 0.5f, py = (float)i + 0.5f;
-  const bool inside = i < height && j < width;
-  const int64_t pix = ((int64_t)cam * height + i) * width + j;
-
-  const TileRange range = tile_range(offsets, cam, tile, tiles_x * tiles_y, num_cams, m);
+  const TilePixel p = tile_pixel(offsets, num_cams, width, height, tiles_x, tiles_y, m);
+  const int tr = p.tr, lane = tr & 31;
   __shared__ int s_id[kBlock];
   __shared__ float3 s_xyo[kBlock];
   __shared__ float3 s_conic[kBlock];
   __shared__ float s_feat[kBlock * CH];
   __shared__ float s_grad[kBlock * kGradStride];
 
-  const float alpha_out = inside ? out_alpha[pix] : 0.f;
+  const float alpha_out = p.inside ? out_alpha[p.pix] : 0.f;
   const float T_final = 1.f - alpha_out;
   float T = T_final;
-  const int last = inside ? last_ids[pix] : range.start;
+  const int last = p.inside ? last_ids[p.pix] : p.start;
   float v_out[CH], behind[CH];
 #pragma unroll
-  for (int ch = 0; ch < 3; ++ch) v_out[ch] = inside ? v_rgb[pix * 3 + ch] : 0.f;
+  for (int ch = 0; ch < 3; ++ch) v_out[ch] = p.inside ? v_rgb[p.pix * 3 + ch] : 0.f;
   // Outputs the loss did not use have no gradient buffer (nullptr): zero.
-  float v_a = inside && v_out_alpha != nullptr ? v_out_alpha[pix] : 0.f;
+  float v_a = p.inside && v_out_alpha != nullptr ? v_out_alpha[p.pix] : 0.f;
   // rgb = blend + (1 - alpha) * background: the background's share enters through alpha.
   if (background != nullptr) {
 #pragma unroll
-    for (int ch = 0; ch < 3; ++ch) v_a -= v_out[ch] * background[cam * 3 + ch];
+    for (int ch = 0; ch < 3; ++ch) v_a -= v_out[ch] * background[p.cam * 3 + ch];
   }
   if (CH == 4) {
     // depth = blended depth / max(alpha, eps): chain rule into the blend and into alpha.
     const float a = fmaxf(alpha_out, kDepthAlphaMin);
-    const float vd = inside && v_depth != nullptr ? v_depth[pix] : 0.f;
+    const float vd = p.inside && v_depth != nullptr ? v_depth[p.pix] : 0.f;
     v_out[CH - 1] = vd / a;
-    if (alpha_out >= kDepthAlphaMin) v_a -= vd * (inside ? out_depth[pix] : 0.f) / a;
+    if (alpha_out >= kDepthAlphaMin) v_a -= vd * (p.inside ? out_depth[p.pix] : 0.f) / a;
   }
 #pragma unroll
   for (int ch = 0; ch < CH; ++ch) behind[ch] = 0.f;  // sum of w f of the splats behind
 
   // The largest last index of the block and of this warp: nothing beyond contributed.
   __shared__ int s_last;
-  if (tr == 0) s_last = range.start;
+  if (tr == 0) s_last = p.start;
   __syncthreads();
   atomicMax(&s_last, last);
-  int warp_last = last;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) warp_last = max(warp_last, __shfl_xor_sync(kFullMask, warp_last, o));
+  const int warp_last = warp_all_reduce(last, MaxOp{});
   __syncthreads();
   const int block_end = s_last;
 
   const int slot = lane >> 1;
-  for (int top = block_end; top > range.start; top -= kBlock) {
+  for (int top = block_end; top > p.start; top -= kBlock) {
     __syncthreads();
     const int k = top - 1 - tr;
-    if (k >= range.start) {
-      const int g = flat_ids[k];
-      s_id[tr] = g;
-      const float2 xy = means2d[g];
-      s_xyo[tr] = make_float3(xy.x, xy.y, opacity_of(opacities[g % n], stored));
-      s_conic[tr] = conics[g];
-#pragma unroll
-      for (int ch = 0; ch < CH; ++ch) s_feat[tr * CH + ch] = feats[(int64_t)g * CH + ch];
-    }
+    if (k >= p.start)
+      s_id[tr] = stage_splat<CH>(k, tr, n, stored, flat_ids, means2d, conics, feats, opacities,
+                                 s_xyo, s_conic, s_feat);
 #pragma unroll
     for (int s2 = 0; s2 < kGradStride; ++s2) s_grad[tr * kGradStride + s2] = 0.f;
     __syncthreads();
-    const int count = min(kBlock, top - range.start);
+    const int count = min(kBlock, top - p.start);
     // Splats at or beyond this warp's last index cannot touch its pixels.
     for (int t = max(0, top - warp_last); t < count; ++t) {
       const int kk = top - 1 - t;
-      bool valid = kk < last;
-      float alpha = 0.f, vis = 0.f, dx = 0.f, dy = 0.f;
-      const float3 xyo = s_xyo[t];
       const float3 co = s_conic[t];
-      if (valid) {
-        dx = px - xyo.x;
-        dy = py - xyo.y;
-        const float sigma = 0.5f * (co.x * dx * dx + co.z * dy * dy) + co.y * dx * dy;
-        vis = __expf(-sigma);
-        alpha = fminf(kAlphaMax, xyo.z * vis);
-        valid = sigma >= 0.f && alpha >= kAlphaMin;
-      }
+      SplatAlpha hit;
+      const bool valid = kk < last && splat_alpha(s_xyo[t], co, p.px, p.py, hit);
       if (!__any_sync(kFullMask, valid)) continue;
       float v[16];
 #pragma unroll
       for (int s2 = 0; s2 < 16; ++s2) v[s2] = 0.f;
       if (valid) {
+        const float alpha = hit.alpha, dx = hit.dx, dy = hit.dy;
         const float ra = 1.f / (1.f - alpha);
         T *= ra;
         const float w = alpha * T;
@@ -239,8 +163,9 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
           v_alpha += (f * T - behind[ch] * ra) * v_out[ch];
           behind[ch] += w * f;
         }
-        if (xyo.z * vis <= kAlphaMax) {
-          v[5 + CH] = vis * v_alpha;
+        // Past the clamp alpha is the constant kAlphaMax: no gradient into the splat.
+        if (hit.raw <= kAlphaMax) {
+          v[5 + CH] = hit.vis * v_alpha;
           const float v_sigma = -alpha * v_alpha;
           v[0] = -v_sigma * (co.x * dx + co.y * dy);
           v[1] = -v_sigma * (co.y * dx + co.z * dy);
@@ -258,7 +183,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
         atomicAdd(&s_grad[t * kGradStride + slot], total);
     }
     __syncthreads();
-    if (k >= range.start) {
+    if (k >= p.start) {
       const int g = s_id[tr];
       const float* row = s_grad + tr * kGradStride;
       float* dst[kGradSlots];
@@ -280,7 +205,8 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
       const float chain = stored ? o * (1.f - o) : 1.f;
 #pragma unroll
       for (int s2 = 0; s2 < 8 + CH; ++s2)
-        if (s2 < used && row[s2] != 0.f) atomicAdd(dst[s2], s2 == 5 + CH ? row[s2] * chain : row[s2]);
+        if (s2 < used && row[s2] != 0.f)
+          atomicAdd(dst[s2], s2 == 5 + CH ? row[s2] * chain : row[s2]);
     }
   }
 }
@@ -292,7 +218,7 @@ void launch_forward(
     const at::Tensor& flat_ids, int64_t width, int64_t height, const float* background,
     at::Tensor& rgb, at::Tensor& depth, at::Tensor& alpha, at::Tensor& last_ids) {
   const int64_t c = means2d.size(0), n = means2d.size(1);
-  const int tiles_x = (width + kTile - 1) / kTile, tiles_y = (height + kTile - 1) / kTile;
+  const int tiles_x = div_up(width, kTile), tiles_y = div_up(height, kTile);
   const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
   rasterize_forward_kernel<CH><<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(
       c, n, width, height, tiles_x, tiles_y, flat_ids.size(0),
@@ -314,7 +240,7 @@ void launch_backward(
     const at::Tensor& v_depth, const at::Tensor& v_alpha, at::Tensor& v_means2d,
     at::Tensor& v_conics, at::Tensor& v_feats, at::Tensor& v_opacities, float* v_abs) {
   const int64_t c = means2d.size(0), n = means2d.size(1);
-  const int tiles_x = (width + kTile - 1) / kTile, tiles_y = (height + kTile - 1) / kTile;
+  const int tiles_x = div_up(width, kTile), tiles_y = div_up(height, kTile);
   const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
   rasterize_backward_kernel<CH><<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(
       c, n, width, height, tiles_x, tiles_y, flat_ids.size(0),
@@ -334,10 +260,10 @@ void launch_backward(
 const float* background_ptr(const std::optional<at::Tensor>& backgrounds, const at::Tensor& like) {
   if (!backgrounds.has_value() || !backgrounds->defined()) return nullptr;
   const at::Tensor& bg = *backgrounds;
-  TORCH_CHECK(bg.device() == like.device() && bg.scalar_type() == at::kFloat && bg.is_contiguous() &&
-                  bg.dim() == 2 && bg.size(0) == like.size(0) && bg.size(1) == 3,
-              "rasterize: backgrounds must be a contiguous float32 [C, 3] on ", like.device(),
-              " with C = ", like.size(0), ", got ", bg.sizes());
+  check_input(bg, like.device(), "rasterize", "backgrounds");
+  TORCH_CHECK(bg.dim() == 2 && bg.size(0) == like.size(0) && bg.size(1) == 3,
+              "rasterize: backgrounds must be [C, 3] with C = ", like.size(0), ", got ",
+              bg.sizes());
   return bg.data_ptr<float>();
 }
 

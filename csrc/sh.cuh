@@ -1,5 +1,6 @@
 // Real spherical harmonics of degree 0..3 with the constants of the original 3DGS code.
-// color = max(sum_k b_k(dir) * coeff_k + 0.5, 0), dir the unit vector camera -> Gaussian.
+// color = max(sum_k b_k(u) * coeff_k + 0.5, 0), u the unit vector camera -> Gaussian;
+// sh_to_color is the forward, sh_to_color_vjp beside it the backward.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -84,6 +85,86 @@ __device__ __forceinline__ void sh_basis_grad(
   gx[15] = kC3_6 * (3.f * xx - 3.f * yy);
   gy[15] = kC3_6 * (-6.f * x * y);
   gz[15] = 0.f;
+}
+
+// The one normalisation of the view direction, forward and backward: u = dir / |dir|
+// (|dir|^2 clamped to 1e-24, so a Gaussian at the camera centre gives no NaN); returns
+// 1 / |dir|, the factor of the gradient's way back through it.
+__device__ __forceinline__ float unit_dir(const float* dir, float* u) {
+  const float inv = rsqrtf(fmaxf(dir[0] * dir[0] + dir[1] * dir[1] + dir[2] * dir[2], 1e-24f));
+#pragma unroll
+  for (int i = 0; i < 3; ++i) u[i] = dir[i] * inv;
+  return inv;
+}
+
+// The unclamped colour 0.5 + sum_k basis[k] coeff(k * 3 + ch) for ch = 0, 1, 2, summed in
+// order of k; coeff(e) reads entry e (basis e / 3, channel e % 3) of the coefficients.
+template <typename Coeff>
+__device__ __forceinline__ void sh_sum(int degree, const float* basis, const Coeff& coeff,
+                                       float* acc) {
+  const int nb = num_bases(degree);
+#pragma unroll
+  for (int ch = 0; ch < 3; ++ch) acc[ch] = 0.5f;
+#pragma unroll
+  for (int k = 0; k < 16; ++k)
+    if (k < nb)
+#pragma unroll
+      for (int ch = 0; ch < 3; ++ch) acc[ch] += basis[k] * coeff(k * 3 + ch);
+}
+
+// color[3] = max(SH(dir / |dir|) + 0.5, 0) for the direction dir (any length).
+template <typename Coeff>
+__device__ __forceinline__ void sh_to_color(int degree, const float* dir, const Coeff& coeff,
+                                            float* color) {
+  float u[3], basis[16];
+  unit_dir(dir, u);
+  sh_basis(degree, u[0], u[1], u[2], basis);
+  sh_sum(degree, basis, coeff, color);
+#pragma unroll
+  for (int ch = 0; ch < 3; ++ch) color[ch] = fmaxf(color[ch], 0.f);
+}
+
+// The vector-Jacobian product of sh_to_color: given v_color[3], the gradients of the
+// coefficients, v_coeffs[k * 3 + ch] = b_k(u) v_color[ch] where the colour was not clamped
+// (0 there), and of the direction, v_dir[3] = (I - u u^T) / |dir| (sum_k grad b_k(u) w_k)
+// with w_k = sum_ch coeff_k,ch v_color[ch]. v_coeffs may alias the storage coeff reads:
+// every coefficient is read before the first is written.
+template <typename Coeff>
+__device__ __forceinline__ void sh_to_color_vjp(int degree, const float* dir, const Coeff& coeff,
+                                                const float* v_color, float* v_coeffs,
+                                                float* v_dir) {
+  float u[3], basis[16], acc[3], g[3];
+  const float inv = unit_dir(dir, u);
+  sh_basis(degree, u[0], u[1], u[2], basis);
+  sh_sum(degree, basis, coeff, acc);
+#pragma unroll
+  for (int ch = 0; ch < 3; ++ch) g[ch] = acc[ch] >= 0.f ? v_color[ch] : 0.f;
+  const int nb = num_bases(degree);
+#pragma unroll
+  for (int i = 0; i < 3; ++i) v_dir[i] = 0.f;
+  if (degree > 0) {
+    float gx[16], gy[16], gz[16];
+    sh_basis_grad(degree, u[0], u[1], u[2], gx, gy, gz);
+    float vu[3] = {0.f, 0.f, 0.f};
+#pragma unroll
+    for (int k = 1; k < 16; ++k) {
+      if (k < nb) {
+        const float w = coeff(k * 3) * g[0] + coeff(k * 3 + 1) * g[1] + coeff(k * 3 + 2) * g[2];
+        vu[0] += gx[k] * w;
+        vu[1] += gy[k] * w;
+        vu[2] += gz[k] * w;
+      }
+    }
+    // Through u = dir / |dir|: drop the radial part, scale by 1 / |dir|.
+    const float dot = vu[0] * u[0] + vu[1] * u[1] + vu[2] * u[2];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) v_dir[i] = (vu[i] - dot * u[i]) * inv;
+  }
+#pragma unroll
+  for (int k = 0; k < 16; ++k)
+    if (k < nb)
+#pragma unroll
+      for (int ch = 0; ch < 3; ++ch) v_coeffs[k * 3 + ch] = basis[k] * g[ch];
 }
 
 }  // namespace gsnb

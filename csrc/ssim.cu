@@ -17,7 +17,9 @@
 #include <array>
 #include <cmath>
 
+#include "host.h"
 #include "ops.h"
+#include "reduce.cuh"
 
 namespace gsnb {
 namespace {
@@ -57,19 +59,6 @@ __device__ __forceinline__ void blur_rows(
 #pragma unroll
     for (int t = 0; t < T; ++t) out[t][r][j] = acc[t];
   }
-}
-
-// Sum of v over the block (256 threads); the result is valid in thread 0.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  const int tid = threadIdx.y * kSsimTile + threadIdx.x;
-  __syncthreads();
-  if (tid % 32 == 0) scratch[tid / 32] = v;
-  __syncthreads();
-  float total = 0.f;
-  if (tid == 0)
-    for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
-  return total;
 }
 
 // map (or partials) may be nullptr; partials [blocks, 3]: this block's sums of SSIM over its
@@ -144,12 +133,13 @@ __global__ void ssim_forward_kernel(
     l1 += fabsf(d);
     sq += d * d;
   }
-  __shared__ float scratch[kThreads / 32];
+  __shared__ float scratch[3][kThreads / kWarpSize];
   const int64_t block = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
                         blockIdx.x;
-  const float sums[3] = {block_sum(ssim, scratch), block_sum(l1, scratch), block_sum(sq, scratch)};
-  if (tid == 0)
-    for (int t = 0; t < 3; ++t) partials[block * 3 + t] = sums[t];
+  const float mine[3] = {ssim, l1, sq};
+  const float sum = block_reduce<kThreads>(mine, scratch, tid,
+                                           [](int, float a, float b) { return a + b; });
+  if (tid < 3) partials[block * 3 + tid] = sum;
 }
 
 // Folds the blocks' partials (one warp per sum, float64) into loss, L1, SSIM and MSE.
@@ -157,10 +147,8 @@ __global__ void photometric_finish_kernel(const float* __restrict__ partials, in
                                           double inv_outputs, double inv_inputs, float lambda,
                                           float* __restrict__ out) {
   __shared__ double total[3];
-  const int t = threadIdx.x / 32, lane = threadIdx.x % 32;
-  double v = 0.0;
-  for (int64_t b = lane; b < blocks; b += 32) v += partials[b * 3 + t];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int t = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const double v = fold_blocks(partials, blocks, 3, t, lane, 0.0, SumOp{});
   if (lane == 0) total[t] = v;
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -250,11 +238,11 @@ Window gaussian_window(double sigma) {
   return win;
 }
 
-void check_image(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.is_cuda(), "ssim: ", name, " must be a CUDA tensor");
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "ssim: ", name, " must be float32");
-  TORCH_CHECK(t.dim() == 4, "ssim: ", name, " must be [B, H, W, C], got ", t.sizes());
-  TORCH_CHECK(t.is_contiguous(), "ssim: ", name, " must be contiguous");
+// t is a contiguous float32 [B, H, W, C] on `device`; `who` names the caller in errors.
+void check_image(const at::Tensor& t, const at::Device& device, const char* who,
+                 const char* name) {
+  check_input(t, device, who, name);
+  TORCH_CHECK(t.dim() == 4, who, ": ", name, " must be [B, H, W, C], got ", t.sizes());
 }
 
 Shape make_shape(const at::Tensor& img, int64_t pad) {
@@ -273,18 +261,19 @@ Shape make_shape(const at::Tensor& img, int64_t pad) {
 
 // The checked layout of an image pair; `who` names the caller in errors.
 Shape pair_shape(const at::Tensor& img1, const at::Tensor& img2, int64_t pad, const char* who) {
-  check_image(img1, "img1");
-  check_image(img2, "img2");
+  check_image(img1, img1.device(), who, "img1");
+  check_image(img2, img1.device(), who, "img2");
   TORCH_CHECK(img1.sizes() == img2.sizes(), who, ": images differ in shape: ", img1.sizes(),
               " and ", img2.sizes());
   return make_shape(img1, pad);
 }
 
 // The saved maps (and the incoming map gradient) must have the SSIM map's shape.
-void check_maps(std::initializer_list<const at::Tensor*> maps, int64_t batch, const Shape& s,
-                const char* who) {
+void check_maps(std::initializer_list<const at::Tensor*> maps, const at::Tensor& img,
+                const Shape& s, const char* who) {
+  const int64_t batch = img.size(0);
   for (const at::Tensor* t : maps) {
-    check_image(*t, "a map");
+    check_image(*t, img.device(), who, "a map");
     TORCH_CHECK(t->size(0) == batch && t->size(1) == s.Ho && t->size(2) == s.Wo &&
                     t->size(3) == s.C,
                 who, ": a map has shape ", t->sizes());
@@ -293,7 +282,7 @@ void check_maps(std::initializer_list<const at::Tensor*> maps, int64_t batch, co
 
 // One thread per output (forward) or per input pixel (backward), a z-slice per image channel.
 dim3 grid_over(int width, int height, int64_t batch, const Shape& s) {
-  return dim3((width + kSsimTile - 1) / kSsimTile, (height + kSsimTile - 1) / kSsimTile,
+  return dim3(div_up(width, kSsimTile), div_up(height, kSsimTile),
               static_cast<unsigned>(batch * s.C));
 }
 
@@ -373,7 +362,7 @@ at::Tensor ssim_backward(
     double sigma) {
   const Shape s = pair_shape(img1, img2, pad, "ssim_backward");
   const at::cuda::CUDAGuard guard(img1.device());
-  check_maps({&v_map, &d_mu, &d_xx, &d_xy}, img1.size(0), s, "ssim_backward");
+  check_maps({&v_map, &d_mu, &d_xx, &d_xy}, img1, s, "ssim_backward");
   auto v_x = at::empty_like(img1);
   if (v_x.numel() > 0)
     launch_backward(img1, img2, s, sigma, v_map.data_ptr<float>(), LossGrads{}, d_mu, d_xx,
@@ -388,13 +377,12 @@ at::Tensor photometric_backward(
     const std::optional<at::Tensor>& g_ssim, const std::optional<at::Tensor>& g_mse) {
   const Shape s = pair_shape(img1, img2, pad, "photometric_backward");
   const at::cuda::CUDAGuard guard(img1.device());
-  check_maps({&d_mu, &d_xx, &d_xy}, img1.size(0), s, "photometric_backward");
+  check_maps({&d_mu, &d_xx, &d_xy}, img1, s, "photometric_backward");
   auto scalar = [&](const std::optional<at::Tensor>& g) -> const float* {
     if (!g.has_value() || !g->defined()) return nullptr;
-    TORCH_CHECK(g->device() == img1.device() && g->scalar_type() == at::kFloat &&
-                    g->numel() == 1,
-                "photometric_backward: an incoming gradient must be a float32 scalar on ",
-                img1.device());
+    check_input(*g, img1.device(), "photometric_backward", "an incoming gradient");
+    TORCH_CHECK(g->numel() == 1,
+                "photometric_backward: an incoming gradient must be a scalar, got ", g->sizes());
     return g->data_ptr<float>();
   };
   const double outputs = static_cast<double>(img1.size(0)) * s.Ho * s.Wo * s.C;

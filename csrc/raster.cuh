@@ -1,0 +1,87 @@
+// What the forward and backward rasterize kernels share, so that the two cannot drift
+// apart: which pixel a thread shades and which intersections its tile holds, how a batch
+// of splats is staged through shared memory, and a splat's alpha at a pixel centre.
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "common.cuh"
+
+namespace gsnb {
+
+// The pixel a thread of a rasterize block shades. The grid is (tiles_x, tiles_y, cameras)
+// of 16x16 blocks, one per tile; thread (x, y) shades the tile's pixel in row y, column x.
+struct TilePixel {
+  int cam;         // camera, blockIdx.z
+  int tr;          // rank in the block, threadIdx.y * 16 + threadIdx.x
+  int i, j;        // pixel row and column in the image
+  float px, py;    // the pixel's centre (j + 0.5, i + 0.5)
+  bool inside;     // the last tile row and column may overhang the image
+  int64_t pix;     // flat index of the pixel in [C, H, W]
+  int start, end;  // the tile's intersections [start, end) in the sorted list
+};
+
+// offsets [C, tiles_y, tiles_x] hold the first intersection of each (camera, tile) slot in
+// the m sorted intersections; a slot ends where the next begins, the last one at m.
+__device__ __forceinline__ TilePixel tile_pixel(const int* __restrict__ offsets, int num_cams,
+                                                int width, int height, int tiles_x, int tiles_y,
+                                                int m) {
+  TilePixel p;
+  p.cam = blockIdx.z;
+  p.tr = threadIdx.y * kTile + threadIdx.x;
+  p.i = blockIdx.y * kTile + threadIdx.y;
+  p.j = blockIdx.x * kTile + threadIdx.x;
+  p.px = (float)p.j + 0.5f;
+  p.py = (float)p.i + 0.5f;
+  p.inside = p.i < height && p.j < width;
+  p.pix = ((int64_t)p.cam * height + p.i) * width + p.j;
+  const int num_tiles = tiles_x * tiles_y;
+  const int slot = p.cam * num_tiles + blockIdx.y * tiles_x + blockIdx.x;
+  const bool last = slot == num_cams * num_tiles - 1;
+  p.start = offsets[slot];
+  p.end = last ? m : offsets[slot + 1];
+  return p;
+}
+
+// Copies intersection k's splat into slot `at` of the block's shared batch: its mean and
+// opacity (x, y, o), its conic (a, b, c) and its CH features; returns its flat id c * N + n.
+// The opacity is per Gaussian (index g % n); `stored` takes it through the sigmoid.
+template <int CH>
+__device__ __forceinline__ int stage_splat(
+    int k, int at, int n, bool stored, const int* __restrict__ flat_ids,
+    const float2* __restrict__ means2d, const float3* __restrict__ conics,
+    const float* __restrict__ feats, const float* __restrict__ opacities, float3* s_xyo,
+    float3* s_conic, float* s_feat) {
+  const int g = flat_ids[k];
+  const float2 xy = means2d[g];
+  s_xyo[at] = make_float3(xy.x, xy.y, opacity_of(opacities[g % n], stored));
+  s_conic[at] = conics[g];
+#pragma unroll
+  for (int ch = 0; ch < CH; ++ch) s_feat[at * CH + ch] = feats[(int64_t)g * CH + ch];
+  return g;
+}
+
+// A splat seen from a pixel centre.
+struct SplatAlpha {
+  float dx, dy;  // pixel centre minus the splat's mean
+  float vis;     // exp(-sigma), sigma = d^T Q d / 2 with the conic Q = [[a, b], [b, c]]
+  float raw;     // opacity * vis; alpha's gradient is cut where it exceeds kAlphaMax
+  float alpha;   // min(kAlphaMax, raw)
+};
+
+// Fills `s` for the splat (x, y, opacity) `xyo` with conic (a, b, c) `conic` at (px, py);
+// returns whether it contributes there: sigma >= 0 (NaN does not) and alpha >= 1/255.
+__device__ __forceinline__ bool splat_alpha(float3 xyo, float3 conic, float px, float py,
+                                            SplatAlpha& s) {
+  s.dx = px - xyo.x;
+  s.dy = py - xyo.y;
+  const float sigma =
+      0.5f * (conic.x * s.dx * s.dx + conic.z * s.dy * s.dy) + conic.y * s.dx * s.dy;
+  s.vis = __expf(-sigma);
+  s.raw = xyo.z * s.vis;
+  s.alpha = fminf(kAlphaMax, s.raw);
+  return sigma >= 0.f && s.alpha >= kAlphaMin;
+}
+
+}  // namespace gsnb

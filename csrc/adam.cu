@@ -50,7 +50,7 @@ __global__ void adam_kernel(AdamTensors list, float beta1, float one_minus_beta1
 // t is a contiguous float32 tensor on `device` with `numel` values.
 void check_entry(const at::Tensor& t, const at::Device& device, int64_t numel, const char* what,
                  int64_t i) {
-  check_input(t, device, "adam_step", c10::str(what, " ", i));
+  check_input(t, device, "adam_step", what, at::kFloat, i);
   TORCH_CHECK(t.numel() == numel, "adam_step: ", what, " ", i, " has ", t.numel(),
               " values, its parameter ", numel);
 }
@@ -67,6 +67,7 @@ void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tens
                   step_sizes.size() == count && bias2_sqrts.size() == count,
               "adam_step: the lists differ in length");
   if (count == 0) return;
+  check_input(params[0], params[0].device(), "adam_step", "parameter", at::kFloat, 0);
   const at::cuda::CUDAGuard guard(params[0].device());
   AdamTensors list{};
   int64_t most = 0;

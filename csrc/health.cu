@@ -120,7 +120,7 @@ TensorList make_list(const std::vector<at::Tensor>& tensors, const at::Device& d
   list.count = static_cast<int>(tensors.size());
   for (int t = 0; t < list.count; ++t) {
     const at::Tensor& p = tensors[t];
-    check_input(p, device, "health_sums", c10::str(what, " ", t));
+    check_input(p, device, "health_sums", what, at::kFloat, t);
     list.ptr[t] = p.data_ptr<float>();
     list.numel[t] = p.numel();
   }

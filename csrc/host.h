@@ -32,18 +32,21 @@ inline std::string dtype_name(at::ScalarType dtype) {
 }
 
 // Throws unless t is a contiguous tensor of `dtype` (float32 unless told) on `device`, a
-// CUDA device. `who` names the entry point and `what` the argument in the message.
+// CUDA device. `who` names the entry point and `what` the argument (`what index` for one of
+// a list) in the message. The message is formatted only on failure: this runs every step.
 inline void check_input(const at::Tensor& t, const at::Device& device, const char* who,
-                        const std::string& what, at::ScalarType dtype = at::kFloat) {
+                        const char* what, at::ScalarType dtype = at::kFloat,
+                        int64_t index = -1) {
   if (device.is_cuda() && t.defined() && t.device() == device && t.scalar_type() == dtype &&
       t.is_contiguous())
     return;
+  const std::string name = index >= 0 ? c10::str(what, " ", index) : std::string(what);
   const std::string wanted = device.is_cuda() ? c10::str(device) : "a CUDA device";
   const std::string got = t.defined() ? c10::str("a ", t.is_contiguous() ? "" : "non-contiguous ",
                                                  dtype_name(t.scalar_type()), " tensor on ",
                                                  t.device())
                                       : "no tensor";
-  TORCH_CHECK(false, who, ": ", what, " must be a contiguous ", dtype_name(dtype), " tensor on ",
+  TORCH_CHECK(false, who, ": ", name, " must be a contiguous ", dtype_name(dtype), " tensor on ",
               wanted, ", got ", got);
 }
 

@@ -6,7 +6,7 @@ import torch
 
 import gsnb
 from gsnb.model import GaussianModel
-from gsnb.raster.scenes import intrinsics, look_at
+from gsnb.cameras import intrinsics, look_at
 from gsnb.train.rendering import BackendRenderer, render_model, screen_absgrad
 
 
@@ -15,7 +15,7 @@ def test_both_paths_render_the_same_image_and_gradients() -> None:
     model = GaussianModel.from_points(torch.rand(30, 3, generator=g) - 0.5,
                                       torch.rand(30, 3, generator=g), sh_degree=1)  # fmt: skip
     viewmat = look_at(torch.tensor([0.0, -3.0, 0.5]), torch.zeros(3))[None]
-    K = intrinsics(24, 20, fov_x_degrees=50.0)[None]
+    K = intrinsics(24, 20, 50.0, axis="x")[None]
     background = torch.tensor([0.2, 0.3, 0.4])
     outputs = []
     for renderer in (BackendRenderer("reference"), gsnb.render):

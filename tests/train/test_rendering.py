@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 import gsnb
-from gsnb.model import GaussianModel
 from gsnb.cameras import intrinsics, look_at
+from gsnb.model import GaussianModel
 from gsnb.train.rendering import BackendRenderer, render_model, screen_absgrad
 
 

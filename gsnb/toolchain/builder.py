@@ -40,6 +40,7 @@ from gsnb.toolchain.probes import PROBES_FILE, ProbeMemo
 from gsnb.toolchain.progress import BuildProgress
 from gsnb.toolchain.result import BuildError, BuildResult
 from gsnb.toolchain.toolkit import Toolkit
+from gsnb.toolchain.tools import shared_cxx_runtime
 
 PREFIX = "gsnb_csrc"
 GIB = 1 << 30
@@ -193,6 +194,14 @@ def _request(
         link = _cudart_link_dir(toolkit, env.cache_dir)
         if link is not None:
             ldflags.append(f"-L{link}")
+    linker = Path(build_env["CXX"]) if "CXX" in build_env else env.cxx.path if env.cxx else None
+    runtime = shared_cxx_runtime(env.host, linker) if linker is not None else None
+    if runtime is not None:
+        ldflags.append(str(runtime))
+        notes.append(
+            f"linked to this process's C++ runtime {runtime}: {linker} has only a static one, "
+            "whose second copy would crash the process on any error message"
+        )
     return JitRequest(
         name=plan.name,
         sources=source_files(sources_dir),

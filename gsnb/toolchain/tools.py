@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,4 +211,51 @@ def find_ninja(host: Host) -> Ninja | None:
             return Ninja(
                 path, answer[1].strip().splitlines()[0] if answer[1].strip() else "?", is_on_path
             )
+    return None
+
+
+def shared_cxx_runtime(host: Host, compiler: Path) -> Path | None:
+    """The shared ``libstdc++.so.6`` to link against when ``compiler`` would link its C++
+    runtime statically, else None.
+
+    A g++ whose own folders hold only ``libstdc++.a`` (some prebuilt toolchains) links a
+    private copy of the C++ runtime into the extension. That copy then runs beside the
+    ``libstdc++`` this Python process has loaded, and formatting an error message (a C++
+    ``ostream``) crashes the process instead of raising. Linking the process's own shared
+    runtime (a newer one accepts code built by an older g++) avoids the second copy.
+
+    Example:
+        >>> shared_cxx_runtime(Host.current(), Path("/nonexistent/g++")) is None
+        True
+    """
+    if host.windows:
+        return None
+    answer = host.probe([str(compiler), "-print-file-name=libstdc++.so"])
+    if answer is None or answer[0] != 0:
+        return None
+    found = answer[1].strip()
+    if os.path.isabs(found) and os.path.exists(found):
+        return None  # g++ links the shared runtime by itself
+    static = host.probe([str(compiler), "-print-file-name=libstdc++.a"])
+    if static is None or not os.path.isabs(static[1].strip()):
+        return None  # no C++ runtime of its own at all: nothing to correct
+    return loaded_libstdcxx(host.proc / "self" / "maps")
+
+
+def loaded_libstdcxx(maps: Path = Path("/proc/self/maps")) -> Path | None:
+    """The ``libstdc++.so`` this process has loaded (torch loads one), from ``/proc/self/maps``.
+
+    Example:
+        >>> path = loaded_libstdcxx()
+        >>> path is None or "libstdc++" in path.name
+        True
+    """
+    try:
+        text = maps.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name = line.split()[-1] if line.split() else ""
+        if "/libstdc++.so" in name and os.path.exists(name):
+            return Path(name)
     return None

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
-from gsnb.toolchain import rules
+from gsnb.toolchain import rules, tools
 from gsnb.toolchain.tools import (
     cxx_compiler,
     find_ninja,
@@ -116,3 +117,58 @@ def test_the_real_cxx_compiler_is_identified(host_factory):
     host = host_factory({"PATH": str(Path(shutil.which("g++")).parent)})
     compiler = cxx_compiler(host) or probe_compiler(Path(shutil.which("g++")), host, "PATH")
     assert compiler.kind in ("gcc", "clang") and compiler.version[0] >= 5
+
+
+def _gxx(folder: Path, shared: bool, static: bool = True) -> Path:
+    """A g++ that answers -print-file-name as a toolchain with (or without) libstdc++.so."""
+    lib = folder / "lib"
+    lib.mkdir(parents=True, exist_ok=True)
+    (lib / "libstdc++.a").write_text("")
+    if shared:
+        (lib / "libstdc++.so").write_text("")
+    archive = lib / "libstdc++.a" if static else "libstdc++.a"
+    script = folder / "g++"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        f"  -print-file-name=libstdc++.so) [ -e {lib}/libstdc++.so ] && echo {lib}/libstdc++.so"
+        " || echo libstdc++.so ;;\n"
+        f"  -print-file-name=libstdc++.a) echo {archive} ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def _process_with_runtime(host_factory, tmp_path: Path) -> tuple[object, Path]:
+    runtime = tmp_path / "usr-lib" / "libstdc++.so.6.0.33"
+    runtime.parent.mkdir()
+    runtime.write_text("")
+    maps = tmp_path / "proc" / "self" / "maps"
+    maps.parent.mkdir(parents=True)
+    maps.write_text(
+        f"7f00-7f10 r-xp 00000000 08:01 1 {runtime}\n"
+        "7f20-7f30 r-xp 00000000 08:01 2 /lib/libc.so.6\n"
+    )
+    return host_factory(proc=tmp_path / "proc"), runtime
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX shell script stands in for g++")
+def test_a_gxx_with_only_a_static_runtime_links_the_process_runtime(host_factory, tmp_path):
+    host, runtime = _process_with_runtime(host_factory, tmp_path)
+    assert tools.shared_cxx_runtime(host, _gxx(tmp_path / "static", shared=False)) == runtime
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX shell script stands in for g++")
+def test_a_gxx_with_a_shared_runtime_is_left_alone(host_factory, tmp_path):
+    host, _ = _process_with_runtime(host_factory, tmp_path)
+    assert tools.shared_cxx_runtime(host, _gxx(tmp_path / "shared", shared=True)) is None
+    no_runtime = _gxx(tmp_path / "none", shared=False, static=False)
+    assert tools.shared_cxx_runtime(host, no_runtime) is None
+
+
+def test_the_process_runtime_comes_from_its_memory_map(tmp_path):
+    assert tools.loaded_libstdcxx(tmp_path / "missing") is None
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f10 r-xp 00000000 08:01 1 /lib/libc.so.6\n")
+    assert tools.loaded_libstdcxx(maps) is None

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import FOX, environment, write_json
 
 CONDITIONS = ("headless", "panel", "viewer_moving", "viewer_resting", "viewer_max")
-PACKAGES = ("viser", "websockets", "ipywidgets", "plotly", "msgspec", "zstandard")
+PACKAGES = ("viser", "websockets", "ipywidgets", "plotly", "anywidget", "msgspec", "zstandard")
 
 
 def client_process(url: str, poses: list, fov: float, size: tuple[int, int], move_hz: float, conn):

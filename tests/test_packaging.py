@@ -16,8 +16,9 @@ IMPORTED_AS = {
     "imageio-ffmpeg": "imageio_ffmpeg",
     "ipython": "IPython",
 }
-# Used as programs, not imported: the build runs ninja; imageio runs ffmpeg from imageio-ffmpeg.
-RUN_NOT_IMPORTED = {"ninja", "imageio-ffmpeg"}
+# Not imported by gsnb itself: the build runs ninja; imageio runs ffmpeg from imageio-ffmpeg;
+# plotly's FigureWidget (the panel's curves) imports anywidget without requiring it.
+RUN_NOT_IMPORTED = {"ninja", "imageio-ffmpeg", "anywidget"}
 
 
 def _imported_modules() -> set[str]:

@@ -1,4 +1,4 @@
-"""The ``gsnb`` command line: ``gsnb doctor | build | train | export | video | demo``.
+"""The ``gsnb`` command line: ``gsnb doctor | build | fetch | train | demo | export | video``.
 
 Each command lives in the module of the feature it drives; a module is
 imported only when its command runs, so ``gsnb --help`` stays fast.

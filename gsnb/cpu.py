@@ -1,11 +1,11 @@
 """CPU settings for the PyTorch reference renderer, made before torch loads OpenMP.
 
 Idle OpenMP threads spin by default (``OMP_WAIT_POLICY=ACTIVE`` in effect), and on a
-machine with few cores they starve the thread doing the work: ``gsnb demo`` was
-measured at 11 minutes beside other CPU work without ``OMP_WAIT_POLICY=PASSIVE`` and
-25-37 s with it. OpenMP reads the variable once, when torch is imported, so
-:func:`prefer_passive_wait` must run before that: importing this module calls it,
-and ``import gsnb`` imports this module before anything that loads torch.
+machine with few cores they starve the thread doing the work: on one busy 2-core machine
+``gsnb demo`` took 11 minutes without ``OMP_WAIT_POLICY=PASSIVE`` and 25-37 s with it.
+OpenMP reads the variable once, when torch is imported, so :func:`prefer_passive_wait`
+must run before that: importing this module calls it, and ``import gsnb`` imports this
+module before anything that loads torch.
 """
 
 from __future__ import annotations

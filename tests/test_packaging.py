@@ -6,7 +6,9 @@ import ast
 import re
 from pathlib import Path
 
-import tomllib
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+; gsnb supports 3.10 too
 
 ROOT = Path(__file__).resolve().parents[1]
 # Distribution name -> the module gsnb imports it as.

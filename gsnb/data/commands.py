@@ -52,7 +52,7 @@ def fetch(args: argparse.Namespace) -> int:
         path = download.fetch(
             args.name, folder=folder, source=args.source, progress=not args.no_progress
         )
-    except download.FetchError as err:
+    except (download.FetchError, OSError) as err:
         print(f"gsnb fetch: error: {err}", file=sys.stderr)
         return 1
     print(path)

@@ -21,8 +21,9 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from gsnb.data.samples import SAMPLES, Sample
 
@@ -80,8 +81,11 @@ def fetch(
     target = Path(folder) if folder is not None else data_dir() / name
     if (target / DONE).is_file() and _sizes_match(sample, target):
         return target
-    target.mkdir(parents=True, exist_ok=True)
-    (target / DONE).unlink(missing_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / DONE).unlink(missing_ok=True)
+    except OSError as err:
+        raise FetchError(f"cannot write into {target}: {err.strerror or err}") from err
     source = source if source is not None else _source_from_env(name)
     missing = [f for f in sample.files if not _checked(target / f[0], f[1], f[2])]
     if missing:
@@ -91,8 +95,11 @@ def fetch(
             else:
                 for path, size, digest in missing:
                     _download(sample.url(path), target / path, size, digest, timeout, advance)
-    _write_note(sample, target)
-    (target / DONE).write_text("every file present and checked (SHA-256)\n")
+    try:
+        _write_note(sample, target)
+        (target / DONE).write_text("every file present and checked (SHA-256)\n")
+    except OSError as err:
+        raise FetchError(f"cannot write into {target}: {err.strerror or err}") from err
     return target
 
 
@@ -165,7 +172,7 @@ def _download(
                     have = 0
                 with open(part, "ab" if have else "wb") as handle:
                     for block in iter(lambda: answer.read(CHUNK), b""):
-                        handle.write(block)
+                        _write(handle, block, part)
                         advance(len(block))
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", None) or err
@@ -175,6 +182,17 @@ def _download(
                 "gsnb fetch NAME --from FOLDER_OR_ARCHIVE"
             ) from err
     _accept(part, path, size, digest, url)
+
+
+def _write(handle: BinaryIO, block: bytes, part: Path) -> None:
+    """Append ``block``; a local failure (a full disk) is said as such, not as a network one."""
+    try:
+        handle.write(block)
+    except OSError as err:
+        raise FetchError(
+            f"cannot write {part}: {err.strerror or err}; free space (or give --dir) and run "
+            "the command again to resume"
+        ) from err
 
 
 def _accept(candidate: Path, path: Path, size: int, digest: str, origin: str) -> None:
@@ -207,9 +225,12 @@ def _copy_from(
                     f"{source} does not hold {path} of sample {sample.name!r}; give the "
                     "folder (or archive) that holds transforms.json and images/"
                 )
-            (target / path).parent.mkdir(parents=True, exist_ok=True)
             part = target / (path + ".part")
-            shutil.copyfile(found, part)
+            try:
+                part.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(found, part)
+            except OSError as err:
+                raise FetchError(f"cannot copy {found} to {part}: {err.strerror or err}") from err
             _accept(part, target / path, size, digest, str(found))
             advance(size)
 
@@ -255,6 +276,9 @@ class _unpacked:
         except (OSError, zipfile.BadZipFile, tarfile.TarError) as err:
             self.tmp.cleanup()
             raise FetchError(f"could not unpack {self.source}: {err}") from err
+        except BaseException:  # a refused archive: the folder goes too
+            self.tmp.cleanup()
+            raise
         return out
 
     def __exit__(self, *exc: object) -> None:
@@ -299,13 +323,3 @@ class _progress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.close()
-
-
-def sample_names() -> Iterator[str]:
-    """The samples ``gsnb fetch`` knows.
-
-    Example:
-        >>> list(sample_names())
-        ['fox']
-    """
-    return iter(sorted(SAMPLES))

@@ -87,14 +87,6 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
 
     held = namespace.get(args.data)
     dataset = held if isinstance(held, SceneDataset) else None
-    if args.resume:
-        device = None if args.device in (None, "auto") else args.device
-        trainer = Trainer.resume_from(args.resume, dataset, device=device)
-        if args.steps:  # extends the run, as in gsnb train
-            trainer.config.steps = args.steps
-        if args.out:
-            trainer.config.out_dir = args.out
-        return trainer
     path = None
     if dataset is None:
         path = Path(args.data).expanduser()
@@ -103,6 +95,10 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
                 f"%gs_train: {args.data!r} is neither a dataset folder nor a notebook variable "
                 "holding a SceneDataset"
             )
+    if args.resume:  # as gsnb train --resume: DATA (a variable or a folder), steps, device, out
+        from gsnb.train.commands import resume_run
+
+        return resume_run(args, Path(args.out) if args.out else None, dataset)
     config = train_config(args, path)
     if dataset is None:
         dataset = load_dataset(path, downscale=config.downscale, test_every=config.test_every)

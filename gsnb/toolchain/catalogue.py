@@ -409,13 +409,18 @@ def render(template: str, values: Mapping[str, str]) -> str:
         'nvcc 12.4 is too old for this GPU'
     """
 
+    def fill(text: str) -> str:  # each field once: a value's own braces stay as they are
+        return _FIELD.sub(lambda m: values.get(m.group(1), ""), text)
+
     def part(match: re.Match[str]) -> str:
         present, absent = match.group(1), match.group(2) or ""
-        names = _FIELD.findall(present)
-        return present.format_map(values) if all(n in values for n in names) else absent
+        return fill(present) if all(n in values for n in _FIELD.findall(present)) else fill(absent)
 
-    text = _OPTIONAL.sub(part, template)
-    return _FIELD.sub(lambda m: values.get(m.group(1), ""), text)
+    pieces, end = [], 0
+    for match in _OPTIONAL.finditer(template):
+        pieces += [fill(template[end : match.start()]), part(match)]
+        end = match.end()
+    return "".join([*pieces, fill(template[end:])])
 
 
 def _derived(values: dict[str, str]) -> None:

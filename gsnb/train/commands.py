@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from gsnb.data.dataset import SceneDataset
 from gsnb.train.config import TrainConfig
 from gsnb.train.estimate import RunTimeEstimate, backend_text
 from gsnb.train.options import (
@@ -28,6 +29,7 @@ from gsnb.train.options import (
     add_progress_option,
     add_resume_option,
     add_strategy_option,
+    ignored_on_resume,
 )
 from gsnb.train.strategy import Strategy, make_strategy
 from gsnb.train.trainer import Trainer
@@ -76,7 +78,7 @@ def train(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         if args.resume:
-            trainer = _resume(args, out)
+            trainer = resume_run(args, out)
         else:
             from gsnb.data.dataset import load_dataset
 
@@ -94,19 +96,36 @@ def train(args: argparse.Namespace) -> int:
     return _train_and_report(trainer, out, "gsnb train", not args.no_progress, resume=again)
 
 
-def _resume(args: argparse.Namespace, out: Path) -> Trainer:
-    """The run saved in ``args.resume``, on ``args.data`` (default: the data it recorded)."""
+def resume_run(
+    args: argparse.Namespace, out: Path | None, dataset: SceneDataset | None = None
+) -> Trainer:
+    """The run saved in ``args.resume`` (``gsnb train|demo --resume``, ``%gs_train --resume``).
+
+    It trains on ``dataset``, else on the folder ``args.data`` names, else on the folder the
+    checkpoint records, loaded as the checkpoint was; ``--steps`` extends it, ``--device``
+    moves it, ``out`` (when given) is where it writes; other settings given are named in a
+    warning and ignored.
+    """
     from gsnb.data.dataset import load_dataset
     from gsnb.train.checkpoint import read_checkpoint
 
-    saved = read_checkpoint(args.resume)["config"]
-    folder = getattr(args, "data", None) or saved.get("data")
-    if folder is None:
-        raise ValueError(f"checkpoint {args.resume} records no dataset folder; name it")
-    data = load_dataset(folder, downscale=saved["downscale"], test_every=saved["test_every"])
+    ignored = ignored_on_resume(args)
+    if ignored:
+        print(
+            f"warning: {', '.join(ignored)} ignored: a resumed run keeps its checkpoint's "
+            "settings (only --steps, --device and --out apply)",
+            file=sys.stderr,
+        )
+    if dataset is None:
+        saved = read_checkpoint(args.resume)["config"]
+        folder = getattr(args, "data", None) or saved.get("data")
+        if folder is None:
+            raise ValueError(f"checkpoint {args.resume} records no dataset folder; name it")
+        dataset = load_dataset(folder, downscale=saved["downscale"], test_every=saved["test_every"])
     device = None if args.device in (None, "auto") else args.device
-    trainer = Trainer.resume_from(args.resume, data, device=device)
-    trainer.config.out_dir = str(out)
+    trainer = Trainer.resume_from(args.resume, dataset, device=device)
+    if out is not None:
+        trainer.config.out_dir = str(out)
     if args.steps:
         trainer.config.steps = args.steps
     return trainer
@@ -187,7 +206,7 @@ def _say(name: str, progress: bool) -> Callable[[str], None]:
 
 
 def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
-    """Evaluate, write checkpoint, PLY (when ``gsnb.export.ply`` exists) and metrics; the summary.
+    """Evaluate, write checkpoint, PLY and metrics; the summary.
 
     Example:
         >>> import tempfile
@@ -387,7 +406,7 @@ def demo(args: argparse.Namespace) -> int:
     device = demo_device(args)
     preset = demo_settings(device)
     try:
-        trainer = _resume(args, out) if args.resume else _new_demo(args, out, device, preset)
+        trainer = resume_run(args, out) if args.resume else _new_demo(args, out, device, preset)
     except (OSError, ValueError, RuntimeError) as err:
         print(f"gsnb demo: error: {err}", file=sys.stderr)
         return 1

@@ -34,6 +34,8 @@ def backend_text(device: torch.device, backend: str = "auto") -> str:
         name = torch.cuda.get_device_name(device)
         if backend != "reference" and cuda.is_available():
             return f"CUDA rasterizer on {name}"
+        if backend == "cuda":
+            return f"the CUDA rasterizer on {name}, which is not built: gsnb build"
         why = (
             "as asked" if backend == "reference" else "the CUDA rasterizer is not built: gsnb build"
         )
@@ -92,6 +94,7 @@ class RunTimeEstimate:
     ) -> None:
         self.total, self.device, self.say = total, device, say
         self.warmup, self.window, self.max_steps = warmup, window, max_steps
+        self._first: int | None = None  # the first step seen (a resumed run starts late)
         self._start: tuple[int, float] | None = None
         self.done = False
 
@@ -103,8 +106,10 @@ class RunTimeEstimate:
         if self.done:
             return
         now = time.perf_counter() if now is None else now
+        if self._first is None:
+            self._first = step - 1
         if self._start is None:
-            if step >= self.warmup:
+            if step - self._first >= self.warmup:
                 self._start = (step, now)
             return
         first, t0 = self._start

@@ -240,8 +240,27 @@ def add_resume_option(parser: argparse.ArgumentParser) -> None:
         "--resume",
         metavar="CHECKPOINT",
         help="continue the run saved in CHECKPOINT with its settings; of the settings, "
-        "only --steps (to extend it) and --device apply",
+        "only --steps (to extend it), --device and --out apply (others given are ignored, "
+        "with a warning naming them)",
     )
+
+
+RESUME_OPTIONS = ("steps", "device")
+"""The settings a resumed run takes from the command line; the rest come from its checkpoint."""
+
+
+def ignored_on_resume(args: argparse.Namespace) -> list[str]:
+    """The options given with ``--resume`` that the resumed run does not take.
+
+    Example:
+        >>> ignored_on_resume(argparse.Namespace(steps=9000, sh_degree=1, seed=None))
+        ['--sh-degree']
+    """
+    return [
+        option_name(name)
+        for name in CONFIG_OPTIONS
+        if name not in RESUME_OPTIONS and getattr(args, name, None) is not None
+    ]
 
 
 def add_progress_option(parser: argparse.ArgumentParser) -> None:

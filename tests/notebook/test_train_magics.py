@@ -96,7 +96,21 @@ def test_out_dir_is_a_deprecated_spelling_of_out(shell, scene_root, tmp_path):
 def test_resume_continues_a_run_and_steps_extend_it(shell, scene_root, tmp_path):
     shell.run_line_magic("gs_train", f"{scene_root} --steps 3 --out {tmp_path} {QUICK}")
     shell.user_ns["trainer"].wait(60)
-    resume = f"x --resume {tmp_path / 'checkpoint.pt'} --steps 5 --no-start"
+    resume = f"{scene_root} --resume {tmp_path / 'checkpoint.pt'} --steps 5 --no-start"
     shell.run_line_magic("gs_train", resume)
     trainer = shell.user_ns["trainer"]
     assert (trainer.step_count, trainer.config.steps, trainer.config.sh_degree) == (3, 5, 1)
+
+
+def test_resume_trains_on_the_data_given_and_names_ignored_settings(
+    shell, scene_root, tmp_path, capsys
+):
+    shell.run_line_magic("gs_train", f"{scene_root} --steps 3 --out {tmp_path} {QUICK}")
+    shell.user_ns["trainer"].wait(60)
+    resume = f"{tmp_path / 'nowhere'} --resume {tmp_path / 'checkpoint.pt'} --no-start"
+    with pytest.raises(UsageError, match="neither a dataset folder"):
+        shell.run_line_magic("gs_train", resume)
+    again = f"{scene_root} --resume {tmp_path / 'checkpoint.pt'} --sh-degree 0 --no-start"
+    shell.run_line_magic("gs_train", again)
+    assert shell.user_ns["trainer"].config.sh_degree == 1  # the checkpoint's
+    assert "--sh-degree ignored" in capsys.readouterr().err

@@ -171,3 +171,12 @@ def test_the_fox_registry_matches_the_fox_capture(fox: Path, tmp_path) -> None:
     from gsnb.data import load_dataset
 
     assert len(load_dataset(path, downscale=8).views) == 67
+
+
+def test_an_unwritable_folder_is_one_clear_line(sample, tmp_path, capsys) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = cli.main(["fetch", "tiny", "--dir", str(blocker / "tiny"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and err.startswith("gsnb fetch: error: cannot write into")
+    assert len(err.splitlines()) == 1

@@ -226,3 +226,8 @@ def test_versions_fill_the_fix_when_known() -> None:
 def test_optional_parts_and_alternatives() -> None:
     assert render("a[ {x}] b[ {y}|c]", {"x": "1"}) == "a 1 bc"
     assert render("[{x}|none]", {}) == "none"
+
+
+def test_a_value_with_braces_is_filled_in_as_it_is() -> None:
+    (found,) = recognise("kernel.cu(3): error: no instance of {float} matches {nvcc}")
+    assert "{float} matches {nvcc}" in found.cause

@@ -47,3 +47,13 @@ def test_duration_and_backend_in_words() -> None:
     assert [duration_text(s) for s in (5, 600, 36_000)] == ["5 s", "10 min", "10 h"]
     text = backend_text(torch.device("cpu"))
     assert text.startswith("PyTorch reference renderer on the CPU") and "OMP_WAIT_POLICY" in text
+
+
+def test_a_resumed_run_warms_up_from_its_own_first_step() -> None:
+    lines: list[str] = []
+    estimate = RunTimeEstimate(10_000, torch.device("cpu"), lines.append, warmup=5, window=1.0)
+    estimate.observe(5001, now=0.0)  # the first step after a resume: slow, not timed
+    estimate.observe(5002, now=30.0)
+    for step in range(5003, 5030):
+        estimate.observe(step, now=30.0 + (step - 5002) * 0.1)
+    assert lines and "0.10 s/step" not in lines[0] and "10 steps/s" in lines[0]

@@ -91,7 +91,8 @@ class SceneDataset:
     capture has none (a transforms.json without a point cloud). ``center [3]`` is the
     mean of the training cameras' centres and ``extent`` 1.1 times their largest distance
     from it (INRIA's radius; every camera counts when none is for training, and a lone
-    camera gives 1.0).
+    camera gives 1.0). ``downscale`` and ``test_every`` record how the images were loaded and
+    split, so that a run trained on it can be reloaded the same way.
 
     Example:
         >>> import tempfile
@@ -112,6 +113,8 @@ class SceneDataset:
     extent: float
     background: tuple[float, float, float] = (0.0, 0.0, 0.0)
     random_points: bool = False
+    downscale: int = 1
+    test_every: int = 8
 
     @property
     def train(self) -> list[View]:
@@ -236,6 +239,8 @@ def build_dataset(
         extent=extent,
         background=files.background,
         random_points=files.points is None,
+        downscale=downscale,
+        test_every=test_every,
     )
 
 

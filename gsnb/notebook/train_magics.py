@@ -95,14 +95,31 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
                 f"%gs_train: {args.data!r} is neither a dataset folder nor a notebook variable "
                 "holding a SceneDataset"
             )
-    if args.resume:  # as gsnb train --resume: DATA (a variable or a folder), steps, device, out
-        from gsnb.train.commands import resume_run
+    from gsnb.train.commands import claim_folder, preflight, resume_run
+    from gsnb.train.rundir import RunFolder
 
-        return resume_run(args, Path(args.out) if args.out else None, dataset)
+    previous = namespace.get(args.name)
+    if isinstance(previous, Trainer) and previous.run_folder is not None and not previous.running:
+        previous.run_folder.release()  # the variable is about to hold the new run
     config = train_config(args, path)
-    if dataset is None:
+    if dataset is None and not args.resume:
         dataset = load_dataset(path, downscale=config.downscale, test_every=config.test_every)
-    return Trainer(dataset, config, strategy=args.strategy)
+    folder = RunFolder(args.out) if args.out else None
+    try:
+        if folder is not None:
+            claim_folder(folder, args, "%gs_train")
+        if args.resume:  # as gsnb train --resume: DATA (a variable or a folder), steps, device, out
+            trainer = resume_run(args, Path(args.out) if args.out else None, dataset)
+        else:
+            trainer = Trainer(dataset, config, strategy=args.strategy)
+        if folder is not None:
+            preflight(trainer, folder)
+    except BaseException:
+        if folder is not None:
+            folder.release(remove_if_new=True)
+        raise
+    trainer.run_folder = folder
+    return trainer
 
 
 @magics_class
@@ -138,7 +155,7 @@ class TrainMagics(Magics):
             trainer = make_trainer(args, namespace)
             camera: int | str = int(args.camera) if args.camera.isdigit() else args.camera
             panel = TrainingPanel(trainer, camera=camera)
-        except ValueError as err:
+        except (ValueError, OSError, RuntimeError) as err:  # bad options, data or out folder
             raise UsageError(f"%gs_train: {err}") from None
         namespace[args.name] = trainer
         namespace[f"{args.name}_panel"] = panel

@@ -14,18 +14,14 @@ import contextlib
 import hashlib
 import json
 import os
-import socket
 import sys
-import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from gsnb.utils.atomic import atomic_write
+from gsnb.utils.lock import LockHeld, OwnedLock
 
 MANIFEST = "gsnb-build.json"
 MANIFEST_LIMIT = 1 << 20
@@ -229,17 +225,6 @@ def runs_on(archs: list[str], gpu: tuple[int, int]) -> bool:
     return False
 
 
-def writable_problem(folder: Path) -> str | None:
-    """None when ``folder`` can be created and written, else what went wrong."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
-    except OSError as err:
-        return f"{type(err).__name__}: {err.strerror or err}"
-    return None
-
-
 @dataclass
 class LockState:
     """What happened while taking a build lock.
@@ -270,48 +255,16 @@ def build_lock(
         ...     state.stale_pid is None
         True
     """
-    lock = FileLock(str(cache_dir / f"{name}.lock"))
-    owner = cache_dir / f"{name}.owner.json"
-    state = LockState()
-    start = time.monotonic()
+    lock = OwnedLock(cache_dir / f"{name}.lock", cache_dir / f"{name}.owner.json")
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        if on_wait is not None:
-            on_wait(_read_owner(owner))
-        try:
-            lock.acquire(timeout=timeout)
-        except Timeout as err:
-            holder = _read_owner(owner)
-            raise TimeoutError(
-                f"another build of {name} ({holder}) has held its lock for {timeout:.0f} s; "
-                f"if no build is running, delete {owner} and {cache_dir / (name + '.lock')}"
-            ) from err
-        state.waited = time.monotonic() - start
+        lock.acquire(timeout=max(timeout, 1e-3), on_wait=on_wait)
+    except LockHeld as err:
+        raise TimeoutError(
+            f"another build of {name} ({lock.describe_holder()}) has held its lock for "
+            f"{timeout:.0f} s; if no build is running, delete {lock.owner_path} and "
+            f"{lock.lock_path}"
+        ) from err
     try:
-        # Holding the OS lock, a leftover owner file can only come from a killed holder.
-        state.stale_pid = _owner_pid(owner)
-        with atomic_write(owner, "w") as handle:
-            json.dump(
-                {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}, handle
-            )
-        yield state
+        yield LockState(stale_pid=lock.stale_pid, waited=lock.waited)
     finally:
-        with contextlib.suppress(OSError):
-            owner.unlink()
         lock.release()
-
-
-def _owner_pid(owner: Path) -> int | None:
-    try:
-        if owner.stat().st_size > 4096:
-            return -1
-        value = json.loads(owner.read_text()).get("pid")
-    except (OSError, ValueError, AttributeError):
-        return -1 if owner.exists() else None
-    return int(value) if isinstance(value, int) else -1
-
-
-def _read_owner(owner: Path) -> str:
-    pid = _owner_pid(owner)
-    return "holder unknown" if pid in (None, -1) else f"pid {pid}"

@@ -16,7 +16,6 @@ from gsnb.toolchain.cache import (
     default_cache_dir,
     default_sources_dir,
     source_files,
-    writable_problem,
 )
 from gsnb.toolchain.compilers import HostCompilers, Toolchain, host_compilers
 from gsnb.toolchain.flags import Arch, cxx_standard, parse_arch_list
@@ -31,6 +30,7 @@ from gsnb.toolchain.toolkit import (
     torch_guess,
 )
 from gsnb.toolchain.tools import Compiler, Ninja, cxx_compiler, find_ninja, nvcc_version
+from gsnb.utils.atomic import writable_problem
 
 
 def resolve_archs(arch: str | list[str] | None, gpus: list[GPU]) -> tuple[list[Arch], bool]:

@@ -8,8 +8,13 @@ whose methods put each piece back into a new run.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import re
+import shutil
 import warnings
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +28,18 @@ from gsnb.model import GaussianModel
 from gsnb.train.config import TrainConfig
 from gsnb.train.inputs import ViewOrder
 from gsnb.train.strategy import Strategy, make_strategy
-from gsnb.utils.atomic import atomic_write
+from gsnb.utils.atomic import atomic_write, make_temporary
 
 if TYPE_CHECKING:
     from gsnb.data.dataset import View
 
 CHECKPOINT_FORMAT = "gsnb-trainer-1"
 REQUIRED_KEYS = ("step", "config", "strategy", "splats", "optimizer", "rng", "data_order")
+CHECKSUMMED = ("splats", "optimizer", "strategy")
+"""The parts of a checkpoint whose tensors its checksum covers."""
+HISTORY_DIR = "checkpoints"
+"""The folder beside ``checkpoint.pt`` that keeps the run's recent checkpoints."""
+_HISTORY_NAME = re.compile(r"step_(\d+)\.pt")
 
 
 class CheckpointError(ValueError):
@@ -53,12 +63,62 @@ def to_cpu(obj: Any) -> Any:
     return obj
 
 
+def tensor_checksum(obj: Any) -> int:
+    """CRC-32 of the bytes of every tensor in ``obj`` (dicts in key order, lists in order).
+
+    It detects a flipped bit on disk or in transfer; it is not a defence against tampering.
+
+    Example:
+        >>> import torch
+        >>> a = {"x": torch.ones(3), "y": [torch.zeros(2, dtype=torch.int64)]}
+        >>> tensor_checksum(a) == tensor_checksum({"y": [torch.zeros(2, dtype=torch.int64)],
+        ...                                        "x": torch.ones(3)})
+        True
+        >>> tensor_checksum(a) == tensor_checksum({"x": torch.ones(3) * 2, "y": a["y"]})
+        False
+    """
+    crc = 0
+
+    def walk(value: Any) -> None:
+        nonlocal crc
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().to("cpu").contiguous().reshape(-1)
+            crc = zlib.crc32(flat.view(torch.uint8).numpy(), crc)
+        elif isinstance(value, dict):
+            for key in sorted(value, key=str):
+                crc = zlib.crc32(str(key).encode(), crc)
+                walk(value[key])
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+
+    walk(obj)
+    return crc
+
+
+def payload_bytes(payload: Any) -> int:
+    """Bytes of the tensors in ``payload``: about the size of its checkpoint file.
+
+    Example:
+        >>> import torch
+        >>> payload_bytes({"a": torch.zeros(10), "b": [torch.zeros(2, dtype=torch.int64)]})
+        56
+    """
+    if isinstance(payload, torch.Tensor):
+        return payload.numel() * payload.element_size()
+    if isinstance(payload, dict):
+        return sum(payload_bytes(v) for v in payload.values())
+    if isinstance(payload, (list, tuple)):
+        return sum(payload_bytes(v) for v in payload)
+    return 0
+
+
 def write_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
-    """Write ``payload`` (tensors and plain types) to ``path`` atomically.
+    """Write ``payload`` (tensors and plain types) to ``path`` atomically, with a checksum.
 
     Missing folders are made. On any failure (full disk, unwritable folder) the
     previous file at ``path`` is left as it was, no partial file remains, and
-    ``OSError`` says why.
+    ``OSError`` says why; a full disk is named as such with the bytes needed.
 
     Example:
         >>> import tempfile, pathlib
@@ -68,21 +128,146 @@ def write_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> P
     """
     target = Path(path)
     body = {"format": CHECKPOINT_FORMAT, **payload}
+    body["checksum"] = tensor_checksum({k: body.get(k) for k in CHECKSUMMED})
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(target, "wb") as handle:
             torch.save(body, handle)
     # torch's zip writer reports write errors as RuntimeError
     except (OSError, RuntimeError) as err:
-        raise OSError(
-            f"could not write checkpoint {target}: {err}. Any previous checkpoint there is "
-            "unchanged; free disk space or choose a writable folder"
-        ) from err
+        raise OSError(_write_failure(target, payload_bytes(body), err)) from err
     return target
 
 
-def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+def _write_failure(target: Path, needed: int, err: BaseException) -> str:
+    """Why writing ``target`` failed, in words: a full disk says so, with the bytes."""
+    free = _free_bytes(target.parent)
+    full = any(getattr(e, "errno", None) == errno.ENOSPC for e in _chain(err))
+    if full or (free is not None and free < needed):
+        return (
+            f"could not write checkpoint {target}: no space left on device (it needs about "
+            f"{needed / 2**20:.1f} MB, {0 if free is None else free / 2**20:.1f} MB are free). "
+            "Any previous checkpoint there is unchanged; free disk space or choose another folder"
+        )
+    return (
+        f"could not write checkpoint {target}: {err}. Any previous checkpoint there is "
+        "unchanged; free disk space or choose a writable folder"
+    )
+
+
+def _chain(err: BaseException | None) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while err is not None and err not in seen:
+        seen.append(err)
+        err = err.__cause__ or err.__context__
+    return seen
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def save_with_history(folder: Path, payload: dict[str, Any], keep: int) -> Path:
+    """Write the run's checkpoint ``folder/checkpoint.pt`` and keep the ``keep`` newest.
+
+    The checkpoint goes to ``folder/checkpoints/step_0001234.pt``; ``checkpoint.pt``
+    then becomes the same file (a hard link, or a copy where links are not supported),
+    replaced in one step; the oldest beyond ``keep`` are removed. A kill at any moment
+    leaves ``checkpoint.pt`` whole: the new one or the one before.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> for step in (10, 20, 30):
+        ...     _ = save_with_history(folder, {"step": step}, keep=2)
+        >>> sorted(p.name for p in (folder / "checkpoints").iterdir())
+        ['step_0000020.pt', 'step_0000030.pt']
+        >>> read_checkpoint(folder / "checkpoint.pt", check=False)["step"]
+        30
+    """
+    step = int(payload["step"])
+    stored = write_checkpoint(folder / HISTORY_DIR / f"step_{step:07d}.pt", payload)
+    newest = folder / "checkpoint.pt"
+    fd, tmp = make_temporary(newest)
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+        try:
+            os.link(stored, tmp)
+        except OSError:
+            shutil.copyfile(stored, tmp)
+        os.replace(tmp, newest)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OSError(_write_failure(newest, stored.stat().st_size, err)) from err
+    for old in history(folder)[:-keep]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+    return newest
+
+
+def history(folder: Path) -> list[Path]:
+    """The checkpoints in ``folder/checkpoints``, oldest first (by step).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> history(pathlib.Path(tempfile.mkdtemp()))
+        []
+    """
+    kept = folder / HISTORY_DIR
+    if not kept.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in kept.iterdir() if (m := _HISTORY_NAME.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def newest_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """The checkpoint to resume: ``path`` itself when a file, else the newest readable one of
+    the run folder ``path`` (``checkpoint.pt``, then ``checkpoints/`` newest first).
+
+    A damaged file is skipped with a warning that names it and what was wrong.
+
+    Raises:
+        FileNotFoundError: nothing to resume there.
+        CheckpointError: every checkpoint there is damaged.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = save_with_history(folder, {"step": 5, **{k: {} for k in REQUIRED_KEYS[1:]}}, 3)
+        >>> newest_checkpoint(folder).name
+        'checkpoint.pt'
+    """
+    source = Path(path)
+    if not source.is_dir():
+        return source
+    candidates = [source / "checkpoint.pt", *reversed(history(source))]
+    candidates = [c for c in candidates if c.is_file()]
+    if not candidates:
+        raise FileNotFoundError(
+            f"{source} holds no checkpoint (checkpoint.pt or {HISTORY_DIR}/step_*.pt) to resume"
+        )
+    problems = []
+    for candidate in candidates:
+        try:
+            read_checkpoint(candidate)
+        except CheckpointError as err:
+            problems.append(str(err))
+            warnings.warn(f"skipping a damaged checkpoint: {err}", stacklevel=2)
+            continue
+        return candidate
+    raise CheckpointError(f"every checkpoint in {source} is damaged: " + "; ".join(problems))
+
+
+def read_checkpoint(path: str | os.PathLike[str], check: bool = True) -> dict[str, Any]:
     """Read a trainer checkpoint onto the CPU, as data only (no code runs).
+
+    With ``check``, its required parts and the checksum of its tensors are checked (a
+    file written before checksums existed has none to check).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -95,16 +280,23 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         >>> read_checkpoint(p)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        gsnb.train.checkpoint.CheckpointError: ... is not a readable checkpoint ...
+        gsnb.train.checkpoint.CheckpointError: ... is not a gsnb checkpoint: ...
     """
     source = Path(path)
     if not source.is_file():
         raise FileNotFoundError(f"checkpoint {source} does not exist")
+    kind = _file_kind(source)
+    if kind is not None:
+        raise CheckpointError(
+            f"{source} is not a gsnb checkpoint: it is {kind}. A run resumes from the "
+            "checkpoint.pt in its --out folder (or from that folder)"
+        )
     try:
         payload = torch.load(source, map_location="cpu", weights_only=True)
     except Exception as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(
-            f"{source} is not a readable checkpoint (truncated or corrupt: {err}); "
+            f"{source} is not a readable checkpoint (truncated or corrupt: {reason[:200]}); "
             "use an earlier checkpoint or train again"
         ) from err
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
@@ -113,10 +305,35 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{source} is not a gsnb trainer checkpoint (format {found!r}, expected "
             f"{CHECKPOINT_FORMAT!r}); a model-only file loads with GaussianModel.load"
         )
+    if not check:
+        return payload
     missing = [k for k in REQUIRED_KEYS if k not in payload]
     if missing:
         raise CheckpointError(f"checkpoint {source} lacks {missing}; it is incomplete")
+    saved = payload.get("checksum")
+    if saved is not None and saved != tensor_checksum({k: payload.get(k) for k in CHECKSUMMED}):
+        raise CheckpointError(
+            f"checkpoint {source} is corrupt: the checksum of its tensors does not match (a "
+            "damaged disk or copy); use an earlier checkpoint (its run folder's "
+            f"{HISTORY_DIR}/, or --resume FOLDER picks the newest intact one)"
+        )
     return payload
+
+
+def _file_kind(source: Path) -> str | None:
+    """What ``source`` is when it is plainly not a checkpoint (a zip file), else None."""
+    try:
+        with open(source, "rb") as handle:
+            head = handle.read(8)
+    except OSError:
+        return None
+    if head.startswith(b"PK"):
+        return None
+    if head.startswith(b"ply"):
+        return "a PLY file (exported Gaussians)"
+    if head.startswith(b"\x80"):
+        return "a pickle, which gsnb never loads"
+    return f"a file of another format (it starts with {head[:4]!r})"
 
 
 def training_payload(
@@ -132,13 +349,15 @@ def training_payload(
     views: Sequence[View],
     skipped_steps: int = 0,
     pending_knobs: Mapping[str, Any] | None = None,
+    seconds: float = 0.0,
 ) -> dict[str, Any]:
     """A copy on the CPU of a run's whole state, laid out as a checkpoint holds it.
 
     ``generator`` is the run's device generator (random backgrounds, the
     strategy's noise); ``views`` are the training views, named so that a resume
-    on other data is refused. Take it while the run is between two steps, then
-    write it with :func:`write_checkpoint`.
+    on other data is refused; ``seconds`` is the training time of the whole run so
+    far. Take it while the run is between two steps, then write it with
+    :func:`write_checkpoint`.
 
     Example:
         >>> import tempfile, pathlib, torch
@@ -177,6 +396,7 @@ def training_payload(
         "skipped_steps": int(skipped_steps),
         "pending_knobs": dict(pending_knobs or {}),
         "background": list(model.background),
+        "seconds": float(seconds),
     }
 
 
@@ -211,6 +431,11 @@ class TrainingState:
     def skipped_steps(self) -> int:
         """Updates skipped so far (non-finite loss or gradient)."""
         return int(self.payload.get("skipped_steps", 0))
+
+    @property
+    def seconds(self) -> float:
+        """Training time of the run up to this checkpoint, all legs (0 when not recorded)."""
+        return float(self.payload.get("seconds", 0.0))
 
     @property
     def pending_knobs(self) -> dict[str, Any]:

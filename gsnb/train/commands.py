@@ -31,6 +31,7 @@ from gsnb.train.options import (
     add_strategy_option,
     ignored_on_resume,
 )
+from gsnb.train.rundir import RunFolder, checkpoint_bytes, ply_bytes
 from gsnb.train.strategy import Strategy, make_strategy
 from gsnb.train.trainer import Trainer
 from gsnb.utils.atomic import atomic_write
@@ -76,24 +77,57 @@ def train(args: argparse.Namespace) -> int:
     Returns the exit code: 0, 1 after an error (printed in one line), 130 when interrupted.
     """
     out = Path(args.out)
+    folder = RunFolder(out)
     try:
         if args.resume:
+            claim_folder(folder, args, "gsnb train")
             trainer = resume_run(args, out)
         else:
             from gsnb.data.dataset import load_dataset
 
             config = train_config(args)
             data = load_dataset(args.data, downscale=config.downscale, test_every=config.test_every)
+            claim_folder(folder, args, "gsnb train")  # only once the data loaded: no empty folders
             trainer = Trainer(data, config, strategy=args.strategy, progress=not args.no_progress)
-        out.mkdir(parents=True, exist_ok=True)  # only once the data loaded: no empty folders
+        preflight(trainer, folder, progress=not args.no_progress)
     except (OSError, ValueError, RuntimeError) as err:
+        folder.release(remove_if_new=True)
         print(f"gsnb train: error: {err}", file=sys.stderr)
         return 1
 
     def again(path: Path) -> list[str]:
         return ["gsnb", "train", str(args.data), "--out", str(out), "--resume", str(path)]
 
-    return _train_and_report(trainer, out, "gsnb train", not args.no_progress, resume=again)
+    try:
+        return _train_and_report(trainer, out, "gsnb train", not args.no_progress, resume=again)
+    finally:
+        folder.release()
+
+
+def claim_folder(folder: RunFolder, args: argparse.Namespace, name: str) -> None:
+    """Take ``folder`` for the run ``args`` describe (see :meth:`RunFolder.claim`) and say
+    what was recovered from a killed run."""
+    folder.claim(resume=args.resume, overwrite=getattr(args, "overwrite", False))
+    if folder.stale_pid is not None or folder.cleaned:
+        killed = "" if folder.stale_pid in (None, -1) else f" (pid {folder.stale_pid})"
+        print(
+            f"{name}: {folder.path} was left by a run that was killed{killed}; removed "
+            f"{len(folder.cleaned)} unfinished temporary files",
+            file=sys.stderr,
+        )
+
+
+def preflight(trainer: Trainer, folder: RunFolder, progress: bool = False) -> None:
+    """Checks before the first step: room for the checkpoints and the PLY, test images readable.
+
+    Raises ``OSError`` (no space left) or ``ValueError`` (an unreadable test image, named).
+    """
+    from gsnb.data.checks import check_images_readable
+
+    cfg, n, degree = trainer.config, trainer.num_gaussians, trainer.model.sh_degree
+    needed = cfg.keep_checkpoints * checkpoint_bytes(n, degree) + ply_bytes(n, degree)
+    folder.check_space(needed, f"{cfg.keep_checkpoints} checkpoints and the PLY of {n} Gaussians")
+    check_images_readable(trainer.dataset.test, "test", progress=progress)
 
 
 def resume_run(
@@ -107,27 +141,29 @@ def resume_run(
     warning and ignored.
     """
     from gsnb.data.dataset import load_dataset
-    from gsnb.train.checkpoint import read_checkpoint
+    from gsnb.train.checkpoint import newest_checkpoint, read_checkpoint
 
     ignored = ignored_on_resume(args)
     if ignored:
         print(
             f"warning: {', '.join(ignored)} ignored: a resumed run keeps its checkpoint's "
-            "settings (only --steps, --device and --out apply)",
+            "settings (only --steps, --device, the checkpoint options and --out apply)",
             file=sys.stderr,
         )
+    source = newest_checkpoint(args.resume)
     if dataset is None:
-        saved = read_checkpoint(args.resume)["config"]
+        saved = read_checkpoint(source)["config"]
         folder = getattr(args, "data", None) or saved.get("data")
         if folder is None:
             raise ValueError(f"checkpoint {args.resume} records no dataset folder; name it")
         dataset = load_dataset(folder, downscale=saved["downscale"], test_every=saved["test_every"])
     device = None if args.device in (None, "auto") else args.device
-    trainer = Trainer.resume_from(args.resume, dataset, device=device)
+    trainer = Trainer.resume_from(source, dataset, device=device)
     if out is not None:
         trainer.config.out_dir = str(out)
-    if args.steps:
-        trainer.config.steps = args.steps
+    for name in ("steps", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints"):
+        if getattr(args, name, None) is not None:
+            setattr(trainer.config, name, getattr(args, name))
     return trainer
 
 
@@ -217,7 +253,12 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
     """
     report: dict[str, Any] = {
         "steps": trainer.step_count,
-        "seconds": round(seconds, 3),
+        "seconds": round(trainer.train_seconds, 3),
+        "leg": {
+            "from_step": trainer.leg_start_step,
+            "steps": trainer.step_count - trainer.leg_start_step,
+            "seconds": round(seconds, 3),
+        },
         "num_gaussians": trainer.num_gaussians,
         "strategy": trainer.strategy.name,
         "device": str(trainer.device),
@@ -242,13 +283,32 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
 
     write_ply(out / PLY_NAME, trainer.model.splats)
     files["ply"] = str(out / PLY_NAME)
+    earlier = _earlier_metrics(out / "metrics.jsonl", trainer.leg_start_step)
     with atomic_write(out / "metrics.jsonl", "w") as handle:
+        handle.writelines(earlier)
         for metrics in trainer.history:
             handle.write(json.dumps(metrics.to_dict()) + "\n")
     files["metrics"] = str(out / "metrics.jsonl")
     files["summary"] = str(out / "summary.json")
     write_summary(out, report)
     return report
+
+
+def _earlier_metrics(path: Path, before_step: int) -> list[str]:
+    """The lines of ``path`` (a run's metrics.jsonl) up to step ``before_step``: the legs of
+    the run before a resume, kept when this leg's metrics are written."""
+    if before_step <= 0 or not path.is_file():
+        return []
+    kept = []
+    with open(path) as handle:
+        for line in handle:
+            try:
+                step = json.loads(line).get("step")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(step, int) and step <= before_step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    return kept
 
 
 def write_summary(out: Path, report: dict[str, Any]) -> None:
@@ -269,11 +329,19 @@ def summary_text(name: str, report: dict[str, Any]) -> str:
           checkpoint: out/c.pt
     """
     steps, seconds = report["steps"], report["seconds"]
+    leg = report.get("leg") or {"from_step": 0}
+    if leg["from_step"]:
+        seconds, steps = leg["seconds"], leg["steps"]
     rate = steps / seconds if seconds > 0 else 0.0
     lines = [
         f"{name}: {steps} steps in {seconds:.1f} s ({rate:.1f} steps/s) on "
         f"{report['device']}, strategy {report['strategy']}"
     ]
+    if leg["from_step"]:
+        lines[0] += (
+            f"; resumed at step {leg['from_step']}, the whole run: {report['steps']} steps "
+            f"in {report['seconds']:.1f} s of training"
+        )
     if "test" in report:
         t = report["test"]
         text = f"  test:       PSNR {t['psnr']:.2f} dB, SSIM {t['ssim']:.4f} ({t['views']} views)"
@@ -405,9 +473,13 @@ def demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
     device = demo_device(args)
     preset = demo_settings(device)
+    folder = RunFolder(out)
     try:
+        claim_folder(folder, args, "gsnb demo")
         trainer = resume_run(args, out) if args.resume else _new_demo(args, out, device, preset)
+        preflight(trainer, folder)
     except (OSError, ValueError, RuntimeError) as err:
+        folder.release(remove_if_new=True)
         print(f"gsnb demo: error: {err}", file=sys.stderr)
         return 1
     size = trainer.dataset.views[0].width
@@ -422,9 +494,12 @@ def demo(args: argparse.Namespace) -> int:
     def again(path: Path) -> list[str]:
         return ["gsnb", "demo", "--out", str(out), "--resume", str(path)]
 
-    return _train_and_report(
-        trainer, out, "gsnb demo", not args.no_progress, resume=again, extra=video
-    )
+    try:
+        return _train_and_report(
+            trainer, out, "gsnb demo", not args.no_progress, resume=again, extra=video
+        )
+    finally:
+        folder.release()
 
 
 def _new_demo(

@@ -71,8 +71,14 @@ class TrainConfig:
             the sign of exploding scales (default 10). Live.
         eval_every: evaluate on the test views every this many steps (default 0:
             only when asked). Live.
-        checkpoint_every: write ``out_dir/checkpoint.pt`` every this many steps
-            (default 0: only when training stops, is interrupted or finishes). Live.
+        checkpoint_every: write a checkpoint to ``out_dir`` every this many steps
+            (default 0: by time, see ``checkpoint_minutes``). Live.
+        checkpoint_minutes: with ``checkpoint_every`` 0, write a checkpoint to ``out_dir``
+            every this many minutes of training, stretched so that writing takes at most
+            2% of the run (default 5; 0: only when training stops or finishes). A kill
+            at any moment then loses at most this much work. Live.
+        keep_checkpoints: checkpoints kept in ``out_dir``: the newest as
+            ``checkpoint.pt``, with it and the older ones in ``checkpoints/`` (default 3). Live.
         out_dir: folder for checkpoints; None writes none automatically.
     """
 
@@ -106,6 +112,8 @@ class TrainConfig:
     warn_scale: float = knob(10.0, low=0.0)
     eval_every: int = knob(0, low=0)
     checkpoint_every: int = knob(0, low=0)
+    checkpoint_minutes: float = knob(5.0, low=0.0, high=1e6)
+    keep_checkpoints: int = knob(3, low=1, high=1000)
     out_dir: str | None = None
 
     def __post_init__(self) -> None:

@@ -58,11 +58,14 @@ class InterruptGuard:
 
     @contextlib.contextmanager
     def commit(self) -> Iterator[None]:
-        """A block that an interrupt must not cut short."""
+        """A block that an interrupt must not cut short (blocks may nest: the outermost
+        one decides)."""
+        outermost = not self._critical
         self._critical = True
         try:
             yield
         finally:
-            self._critical = False
-        if self.requested and not self.graceful:
+            if outermost:
+                self._critical = False
+        if outermost and self.requested and not self.graceful:
             raise KeyboardInterrupt

@@ -17,6 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+COUNT_LIMIT = 10**9
+"""Largest step count or interval a knob takes unless its own range says more."""
+
 
 def knob(
     default: Any,
@@ -173,6 +176,7 @@ def check_value(k: Knob, value: Any) -> Any:
         >>> check_value(k, 20.0)
         20
     """
+    value = _plain(value)
     if k.type == "bool":
         if not isinstance(value, (bool, int)) or value not in (0, 1, True, False):
             raise ValueError(f"knob {k.name} takes True or False, got {value!r}")
@@ -184,9 +188,13 @@ def check_value(k: Knob, value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"knob {k.name} takes a {k.type}, got {value!r}")
     if k.type == "int":
-        if float(value) != int(value):
+        if not math.isfinite(value) or float(value) != int(value):
             raise ValueError(f"knob {k.name} takes an int, got {value!r}")
         value = int(value)
+        if abs(value) > COUNT_LIMIT and (k.high is None or value > k.high):
+            raise ValueError(
+                f"knob {k.name}={value!r} is beyond any run (at most {COUNT_LIMIT:.0e})"
+            )
     else:
         value = float(value)
         if not math.isfinite(value):
@@ -199,7 +207,8 @@ def check_value(k: Knob, value: Any) -> Any:
 
 
 def check_fields(obj: Any, group: str = "train") -> None:
-    """Validate (and convert in place) every knob field of the dataclass instance ``obj``.
+    """Validate (and convert in place) every knob field of the dataclass instance ``obj``,
+    then the order its ``ORDERED`` pairs require (:func:`check_order`).
 
     Example:
         >>> from gsnb.train.config import TrainConfig
@@ -210,3 +219,35 @@ def check_fields(obj: Any, group: str = "train") -> None:
     """
     for k in describe_knobs(obj, group, live_only=False):
         object.__setattr__(obj, k.name, check_value(k, k.value))
+    check_order(obj)
+
+
+def check_order(obj: Any) -> None:
+    """Raise ``ValueError`` unless ``obj``'s knobs keep the order its ``ORDERED`` rules state.
+
+    A rule ``(a, "<", b)`` or ``(a, "<=", b)`` relates two knobs that are valid alone but
+    can contradict each other (densification that stops before it starts, an opacity
+    reset at every densification); the message names both and their values.
+
+    Example:
+        >>> from gsnb.train.strategy import DefaultStrategy
+        >>> DefaultStrategy(refine_start_iter=5000, refine_stop_iter=1000)
+        Traceback (most recent call last):
+        ...
+        ValueError: refine_start_iter=5000 must not exceed refine_stop_iter=1000
+    """
+    for first, op, second in getattr(obj, "ORDERED", ()):
+        a, b = getattr(obj, first), getattr(obj, second)
+        if op == "<" and not a < b:
+            raise ValueError(f"{first}={a!r} must be below {second}={b!r}")
+        if op == "<=" and not a <= b:
+            raise ValueError(f"{first}={a!r} must not exceed {second}={b!r}")
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar or a 0-d array or tensor as the Python number it holds."""
+    if not isinstance(value, (bool, int, float, str)) and getattr(value, "ndim", None) == 0:
+        item = getattr(value, "item", None)
+        if callable(item):
+            return item()
+    return value

@@ -110,7 +110,15 @@ def add_config_options(
             text = None
         help_text = option_help(docs.get(f.name, ""), f.default, text)
         kind = _value_type(hints[f.name])
-        if kind is bool:
+        if f.name == "checkpoint_every":
+            group.add_argument(
+                option_name(f.name),
+                action=_StepsOrMinutes,
+                default=None,
+                metavar="N|Nm",
+                help=f"{help_text} Nm (e.g. 10m) sets checkpoint_minutes instead.",
+            )
+        elif kind is bool:
             group.add_argument(
                 option_name(f.name),
                 action=argparse.BooleanOptionalAction,
@@ -228,24 +236,32 @@ def add_out_option(
 
 
 def add_resume_option(parser: argparse.ArgumentParser) -> None:
-    """``--resume CHECKPOINT``: continue a saved run.
+    """``--resume CHECKPOINT|RUN_FOLDER`` to continue a saved run, and ``--overwrite``.
 
     Example:
         >>> parser = argparse.ArgumentParser()
         >>> add_resume_option(parser)
-        >>> parser.parse_args(["--resume", "runs/fox/checkpoint.pt"]).resume
-        'runs/fox/checkpoint.pt'
+        >>> a = parser.parse_args(["--resume", "runs/fox"])
+        >>> a.resume, a.overwrite
+        ('runs/fox', False)
     """
     parser.add_argument(
         "--resume",
         metavar="CHECKPOINT",
-        help="continue the run saved in CHECKPOINT with its settings; of the settings, "
-        "only --steps (to extend it), --device and --out apply (others given are ignored, "
-        "with a warning naming them)",
+        help="continue the run saved in CHECKPOINT, or in a run folder (its newest intact "
+        "checkpoint), with its settings; of the settings, only --steps (to extend it), "
+        "--device, the checkpoint options and --out apply (others given are ignored, with "
+        "a warning naming them)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the results of another run in the output folder (without it, a "
+        "folder holding another run is refused)",
     )
 
 
-RESUME_OPTIONS = ("steps", "device")
+RESUME_OPTIONS = ("steps", "device", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints")
 """The settings a resumed run takes from the command line; the rest come from its checkpoint."""
 
 
@@ -273,6 +289,37 @@ def add_progress_option(parser: argparse.ArgumentParser) -> None:
         True
     """
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+class _StepsOrMinutes(argparse.Action):
+    """``--checkpoint-every 500`` (steps) or ``--checkpoint-every 10m`` (minutes).
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_config_options(parser)
+        >>> a = parser.parse_args(["--checkpoint-every", "2.5m"])
+        >>> a.checkpoint_every, a.checkpoint_minutes
+        (0, 2.5)
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        text = str(values).strip().lower()
+        match = re.fullmatch(r"(\d+(?:\.\d*)?)\s*(m|min|minutes?)", text)
+        if match:
+            namespace.checkpoint_every = 0
+            namespace.checkpoint_minutes = float(match.group(1))
+        elif text.isdigit():
+            namespace.checkpoint_every = int(text)
+        else:
+            parser.error(
+                f"{option_string}: {values!r} is neither a step count (500) nor minutes (10m)"
+            )
 
 
 class _DeprecatedAlias(argparse.Action):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import threading
@@ -31,12 +32,32 @@ from gsnb.train.memory import MemoryWatch
 from gsnb.train.metrics import StepMetrics
 from gsnb.train.optim import learning_rates, make_optimizer, set_learning_rates
 from gsnb.train.rendering import BackendRenderer, Renderer, render_model, screen_absgrad
+from gsnb.train.rundir import RunFolder
 from gsnb.train.strategy import Strategy, make_strategy
+from gsnb.train.transaction import DensifySnapshot
 
 if TYPE_CHECKING:
     from gsnb.data.dataset import SceneDataset, View
 
 CHECKPOINT_NAME = "checkpoint.pt"
+
+
+class DensifyError(RuntimeError):
+    """A strategy step failed; the run was put back to just before it (see the message)."""
+
+
+@dataclasses.dataclass
+class _HalfStep:
+    """A step whose loss, gradients and Adam update are done; the strategy comes next."""
+
+    step: int
+    start: float
+    rates: dict[str, float]
+    degree: int
+    view: int
+    host: dict[str, float]
+    skipped: bool
+    info: dict[str, Any]
 
 
 class Trainer(TrainingControl):
@@ -95,6 +116,10 @@ class Trainer(TrainingControl):
         cfg = self.config
         if cfg.data is None and getattr(dataset, "root", None) is not None:
             cfg.data = str(Path(dataset.root).resolve())
+        # Checkpoints record how the data was loaded, so that a resume reloads it the same way.
+        for name in ("downscale", "test_every"):
+            if isinstance(getattr(dataset, name, None), int):
+                setattr(cfg, name, getattr(dataset, name))
         self.dataset = dataset
         self.strategy = (
             strategy if isinstance(strategy, Strategy) else make_strategy(strategy or "default")
@@ -143,6 +168,14 @@ class Trainer(TrainingControl):
         self._pending_lock = threading.Lock()
         self._init_control()
         self._committing = False
+        self._unfinished: _HalfStep | None = None
+        # The output folder this run holds (locked), when a command claimed one.
+        self.run_folder: RunFolder | None = None
+        # Training time of the whole run (all legs), and since the last checkpoint.
+        self.train_seconds = 0.0
+        self.leg_start_step = 0
+        self._since_checkpoint = 0.0
+        self._write_seconds = 0.0
         width, height = self.train_images.max_size
         self._memory = MemoryWatch(self.device, width, height, self.train_images.nbytes)
         self._memory.check(self.num_gaussians, self.model.sh_degree)
@@ -185,6 +218,8 @@ class Trainer(TrainingControl):
             if gated and (self._pause.is_set() or self._stop.is_set()):
                 return None
             self._apply_pending()
+            if self._unfinished is not None:  # a step whose densification failed: finish it
+                return self._densify_and_count(self._unfinished)
             try:
                 return self._train_step()
             except torch.cuda.OutOfMemoryError as err:
@@ -252,36 +287,69 @@ class Trainer(TrainingControl):
         host |= signals_from_sums(read[4:], self.num_gaussians, self.extent)
         ok = math.isfinite(host["loss"]) and host["grads_finite"] > 0.5
         skipped = not ok and cfg.skip_nonfinite
-        events: dict[str, int] = {}
+        info = {
+            "means2d": means2d,
+            "radii": out.meta.radii,
+            "width": width,
+            "height": height,
+            "n_cameras": 1,
+            "absgrad": screen_absgrad(out),
+        }
+        half = _HalfStep(step, start, rates, degree, idx, host, skipped, info)
         guard = self._guard
         self._committing = True
         with guard.commit() if guard is not None else contextlib.nullcontext():
             if not skipped:
                 self.optimizer.step()
-                info = {
-                    "means2d": means2d,
-                    "radii": out.meta.radii,
-                    "width": width,
-                    "height": height,
-                    "n_cameras": 1,
-                    "absgrad": screen_absgrad(out),
-                }
-                counts = self.strategy.step_post_backward(
+            else:
+                self.skipped_steps += 1
+            return self._densify_and_count(half)
+
+    def _densify_and_count(self, half: _HalfStep) -> StepMetrics:
+        """The rest of a step after Adam's update: the strategy, then the step is counted.
+
+        A failure inside the strategy puts the Gaussians, Adam's and the strategy's
+        state back as they were after the update and keeps ``half``, so that the next
+        step finishes this one and the run stays equal to an uninterrupted one.
+        """
+        events: dict[str, int] = {}
+        guard = self._guard
+        with guard.commit() if guard is not None else contextlib.nullcontext():
+            if not half.skipped:
+                snapshot = DensifySnapshot.take(
                     self.model.splats,
                     self.optimizer,
                     self.strategy_state,
-                    step,
-                    info,
-                    rates["means"],
                     self._gen,
+                    copy_state=self.strategy.densifies_at(half.step),
                 )
+                try:
+                    counts = self.strategy.step_post_backward(
+                        self.model.splats,
+                        self.optimizer,
+                        self.strategy_state,
+                        half.step,
+                        half.info,
+                        half.rates["means"],
+                        self._gen,
+                    )
+                except Exception as err:
+                    snapshot.restore(
+                        self.model.splats, self.optimizer, self.strategy_state, self._gen
+                    )
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self._unfinished = half
+                    if isinstance(err, torch.cuda.OutOfMemoryError):
+                        torch.cuda.empty_cache()
+                    raise DensifyError(self._densify_failure(half.step, err)) from err
                 events = {k: v for k, v in counts.items() if v}
-            else:
-                self.skipped_steps += 1
+            self._unfinished = None
             self.optimizer.zero_grad(set_to_none=True)
             self._step += 1
         if events:
             self._memory.check_growth(self.num_gaussians, self.model.sh_degree)
+        host = half.host
+        cfg = self.config
         warns = self._health.check(self._step, host, cfg.warn_scale, cfg.skip_nonfinite)
         gpu_mem = self._memory.peak(self._step, changed=bool(events))
         return StepMetrics(
@@ -291,9 +359,9 @@ class Trainer(TrainingControl):
             ssim=host["ssim"],
             psnr=host["psnr"],
             num_gaussians=self.num_gaussians,
-            sh_degree=degree,
-            lr_means=rates["means"],
-            step_time=time.perf_counter() - start,
+            sh_degree=half.degree,
+            lr_means=half.rates["means"],
+            step_time=time.perf_counter() - half.start,
             gpu_memory=gpu_mem,
             grad_norm=host["grad_norm"],
             scale_max=host["scale_max"],
@@ -301,11 +369,31 @@ class Trainer(TrainingControl):
             anisotropy=host["anisotropy"],
             anisotropy_max=host["anisotropy_max"],
             mean_opacity=host["mean_opacity"],
-            skipped=skipped,
+            skipped=half.skipped,
             skipped_total=self.skipped_steps,
-            view=self.train_images.views[idx].name,
+            view=self.train_images.views[half.view].name,
             events=events,
             warnings=warns,
+        )
+
+    def _densify_failure(self, step: int, err: BaseException) -> str:
+        what = (
+            "the GPU ran out of memory"
+            if isinstance(err, torch.cuda.OutOfMemoryError)
+            else (f"{type(err).__name__}: {err}")
+        )
+        saved = (
+            "no checkpoint was written yet"
+            if self.last_checkpoint is None
+            else f"the last checkpoint, {self.last_checkpoint[0]}, holds step "
+            f"{self.last_checkpoint[1]}"
+        )
+        return (
+            f"densification after step {step + 1} failed ({what}) with {self.num_gaussians} "
+            f"Gaussians. The model, Adam and the strategy are as after step {step + 1}'s update "
+            "and before its densification, which the next step retries first, so the run "
+            "continues as if nothing had happened. To densify less, raise grow_grad2d (or "
+            f"lower MCMC's cap_max) before continuing; {saved}"
         )
 
     def _after_step(self, metrics: StepMetrics) -> None:
@@ -315,8 +403,23 @@ class Trainer(TrainingControl):
             self._call(callback, metrics)
         if cfg.eval_every and metrics.step % cfg.eval_every == 0 and self.dataset.test_ids:
             self.evaluate()
-        if cfg.checkpoint_every and metrics.step % cfg.checkpoint_every == 0:
+        self.train_seconds += metrics.step_time
+        self._since_checkpoint += metrics.step_time
+        if self._checkpoint_due(metrics.step):
             self._autosave()
+
+    def _checkpoint_due(self, step: int) -> bool:
+        """Whether a periodic checkpoint is due after ``step`` (see ``checkpoint_every``)."""
+        cfg = self.config
+        if cfg.out_dir is None:
+            return False
+        if cfg.checkpoint_every:
+            return step % cfg.checkpoint_every == 0
+        if not cfg.checkpoint_minutes:
+            return False
+        # Writing may take at most 2% of the training time.
+        interval = max(60.0 * cfg.checkpoint_minutes, 50.0 * self._write_seconds)
+        return self._since_checkpoint >= interval
 
     def _call(self, callback: Callable[[Any], Any], value: Any) -> None:
         try:
@@ -351,6 +454,12 @@ class Trainer(TrainingControl):
             raise ValueError(f"unknown knob(s) {unknown}; the valid knobs are: {', '.join(table)}")
         checked = {name: check_value(table[name], value) for name, value in knobs.items()}
         with self._pending_lock:
+            merged = self._pending | checked
+            # Knobs valid alone can contradict each other (see knobs.check_order).
+            in_config = {k: v for k, v in merged.items() if hasattr(self.config, k)}
+            in_strategy = {k: v for k, v in merged.items() if k not in in_config}
+            dataclasses.replace(self.config, **in_config)
+            dataclasses.replace(self.strategy, **in_strategy)
             self._pending.update(checked)
 
     @property
@@ -465,14 +574,20 @@ class Trainer(TrainingControl):
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the whole training state (model, Adam, strategy, step, config, RNGs) atomically.
 
-        ``path`` defaults to ``out_dir/checkpoint.pt``. If writing fails (full
-        disk, unwritable folder), the previous file is left intact and
-        ``OSError`` says why.
+        ``path`` defaults to the run folder ``out_dir``: ``checkpoint.pt`` there is the
+        newest and ``checkpoints/`` keeps the ``keep_checkpoints`` newest. If writing fails
+        (full disk, unwritable folder), the previous file is left intact and ``OSError``
+        says why.
         """
-        target = Path(path) if path is not None else self.default_checkpoint_path()
-        if target is None:
+        if path is None and self.config.out_dir is None:
             raise ValueError("no checkpoint path: pass one, or set config.out_dir")
+        started = time.perf_counter()
         with self._shared_access():
+            if self._unfinished is not None:
+                raise OSError(
+                    f"step {self._unfinished.step + 1} is half done (its densification failed); "
+                    "a checkpoint can be written once the next step has finished it"
+                )
             payload = ckpt.training_payload(
                 step=self._step,
                 config=self.config,
@@ -485,9 +600,16 @@ class Trainer(TrainingControl):
                 views=self.train_images.views,
                 skipped_steps=self.skipped_steps,
                 pending_knobs=self.pending_knobs,
+                seconds=self.train_seconds,
             )
-        written = ckpt.write_checkpoint(target, payload)
+        if path is None:
+            folder = Path(str(self.config.out_dir))
+            written = ckpt.save_with_history(folder, payload, self.config.keep_checkpoints)
+        else:
+            written = ckpt.write_checkpoint(path, payload)
         self.last_checkpoint = (written, payload["step"])
+        self._since_checkpoint = 0.0
+        self._write_seconds = time.perf_counter() - started
         return written
 
     @classmethod
@@ -501,6 +623,7 @@ class Trainer(TrainingControl):
     ) -> Trainer:
         """A trainer that continues exactly where the checkpoint at ``path`` left off.
 
+        ``path`` is a checkpoint file, or a run folder (its newest intact checkpoint).
         ``dataset`` defaults to reloading ``config.data`` with the checkpoint's
         ``downscale`` and ``test_every``.
 
@@ -510,7 +633,7 @@ class Trainer(TrainingControl):
             >>> Trainer.resume_from(path).step_count == trainer.step_count
             True
         """
-        state = ckpt.read_training_state(path)
+        state = ckpt.read_training_state(ckpt.newest_checkpoint(path))
         config = state.config
         if device is not None:
             config.device = device
@@ -536,6 +659,8 @@ class Trainer(TrainingControl):
         self._memory.forget_peak()
         state.restore_random(self._order, self._gen)
         self.skipped_steps = state.skipped_steps
+        self.train_seconds = state.seconds
+        self.leg_start_step = state.step
         if state.pending_knobs:
             self.set(**state.pending_knobs)
 

@@ -88,3 +88,20 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def writable_problem(folder: Path) -> str | None:
+    """None when ``folder`` can be made and a file written in it, else what went wrong.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> writable_problem(pathlib.Path(tempfile.mkdtemp())) is None
+        True
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        return f"{type(err).__name__}: {err.strerror or err}"
+    return None

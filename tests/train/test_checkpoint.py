@@ -101,7 +101,7 @@ def test_corrupt_or_foreign_checkpoints_give_clear_errors(make_scene, tmp_path: 
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
         Trainer.resume_from(tmp_path / "cut.pt", data)
     (tmp_path / "noise.pt").write_bytes(bytes(range(256)) * 8)
-    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+    with pytest.raises(CheckpointError, match="not a gsnb checkpoint: it is a file of another"):
         read_checkpoint(tmp_path / "noise.pt")
     GaussianModel.from_points(torch.rand(4, 3), torch.rand(4, 3)).save(tmp_path / "model.pt")
     with pytest.raises(CheckpointError, match=r"format .gsnb-model-1.*GaussianModel\.load"):
@@ -147,7 +147,8 @@ def test_full_disk_leaves_the_previous_checkpoint_intact(make_scene, tmp_path: P
     with file_size_limit(len(before) // 2), pytest.raises(OSError, match="could not write"):
         trainer.save_checkpoint()
     assert path.read_bytes() == before
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt"]  # no partial file
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "checkpoints"]
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step_0000002.pt"]  # no partial
     assert read_checkpoint(path)["step"] == 2
     # an automatic checkpoint that fails warns, and training goes on
     trainer.set(checkpoint_every=1)

@@ -116,7 +116,7 @@ def test_demo_without_video_removes_an_earlier_video(tmp_path: Path) -> None:
     out.mkdir()
     (out / "orbit.mp4").write_bytes(b"an earlier run's video")
     args = ["demo", "--out", str(out), "--steps", "3", "--size", "16", "--views", "6"]
-    assert main([*args, "--no-video", "--no-progress", "--device", "cpu"]) == 0
+    assert main([*args, "--no-video", "--no-progress", "--device", "cpu", "--overwrite"]) == 0
     assert not (out / "orbit.mp4").exists()
     assert "video" not in json.loads((out / "summary.json").read_text())["files"]
 

@@ -52,6 +52,14 @@ class Strategy:
         """Densify, prune or move Gaussians after step ``step`` (0-based); returns what changed."""
         raise NotImplementedError
 
+    def densifies_at(self, step: int) -> bool:
+        """Whether step ``step`` may add, remove or reset Gaussians (not only accumulate).
+
+        The trainer copies the strategy's running state before such a step, so that a
+        failure half-way can be undone; True (the default) is always safe.
+        """
+        return True
+
     def regularization(self, params: MutableMapping[str, nn.Parameter]) -> Tensor | None:
         """A loss term this strategy adds (None: none)."""
         return None

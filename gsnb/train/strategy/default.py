@@ -55,6 +55,10 @@ class DefaultStrategy(Strategy):
     """
 
     name: ClassVar[str] = "default"
+    ORDERED: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("refine_start_iter", "<=", "refine_stop_iter"),
+        ("refine_every", "<", "reset_every"),
+    )
     init_opacity: ClassVar[float] = 0.1
     init_scale: ClassVar[float] = 1.0
 
@@ -98,6 +102,19 @@ class DefaultStrategy(Strategy):
             ops.reset_opacity(params, optimizer, self.prune_opa * 2.0)
             counts["reset"] = 1
         return counts
+
+    def densifies_at(self, step: int) -> bool:
+        """Whether ``step`` clones, splits, prunes or resets (see :meth:`step_post_backward`).
+
+        Example:
+            >>> from gsnb.train.strategy import DefaultStrategy
+            >>> [DefaultStrategy().densifies_at(s) for s in (100, 600, 3000, 20000)]
+            [False, True, True, False]
+        """
+        if step >= self.refine_stop_iter:
+            return False
+        refine = step > self.refine_start_iter and step % self.refine_every == 0
+        return refine or (step > 0 and step % self.reset_every == 0)
 
     @torch.no_grad()
     def accumulate(

@@ -46,6 +46,9 @@ class MCMCStrategy(Strategy):
         {'scene_scale': 1.0}
     """
 
+    ORDERED: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("refine_start_iter", "<=", "refine_stop_iter"),
+    )
     name: ClassVar[str] = "mcmc"
     init_opacity: ClassVar[float] = 0.5
     init_scale: ClassVar[float] = 0.1
@@ -77,6 +80,17 @@ class MCMCStrategy(Strategy):
             counts["added"] = self.grow(params, optimizer, generator)
         ops.inject_noise(params, lr_means * self.noise_lr, generator)
         return counts
+
+    def densifies_at(self, step: int) -> bool:
+        """Whether ``step`` relocates and adds Gaussians (the noise comes every step).
+
+        Example:
+            >>> from gsnb.train.strategy import MCMCStrategy
+            >>> [MCMCStrategy().densifies_at(s) for s in (500, 600, 650)]
+            [False, True, False]
+        """
+        start, stop = self.refine_start_iter, self.refine_stop_iter
+        return start < step < stop and step % self.refine_every == 0
 
     @torch.no_grad()
     def relocate(

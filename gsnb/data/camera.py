@@ -20,7 +20,7 @@ CAMERA_MODELS: dict[str, tuple[str, ...]] = {
     "SIMPLE_RADIAL_FISHEYE": ("f", "cx", "cy", "k1"),
     "RADIAL_FISHEYE": ("f", "cx", "cy", "k1", "k2"),
 }
-# Models whose lens follows OpenCV's fisheye (equidistant) model: theta_d = theta (1 + k1 theta^2 ...).
+# Lenses of OpenCV's fisheye model: theta_d = theta (1 + k1 theta^2 + ... + k4 theta^8).
 FISHEYE_MODELS = ("OPENCV_FISHEYE", "SIMPLE_RADIAL_FISHEYE", "RADIAL_FISHEYE")
 # Images may be this many pixels off their camera's size scaled by one factor (rounding).
 SIZE_ROUNDING = 1.0
@@ -91,9 +91,7 @@ class Camera:
         if model == "FULL_OPENCV":
             keys += ("k3", "k4", "k5", "k6")
         dist = tuple(p.get(k, 0.0) for k in keys)
-        return cls(
-            int(width), int(height), fx, fy, p["cx"], p["cy"], dist, fisheye, "f" in p
-        )  # type: ignore[arg-type]
+        return cls(int(width), int(height), fx, fy, p["cx"], p["cy"], dist, fisheye, "f" in p)  # type: ignore[arg-type]
 
     def rescaled(self, width: int, height: int) -> Camera:
         """This camera for images of ``width x height``, as COLMAP's ``Camera::Rescale``.

@@ -290,13 +290,13 @@ class ImagePipeline:
         if cached is not None and cached.is_file():
             try:
                 with Image.open(cached) as img:
-                    arr = np.asarray(img.convert("RGB"))
+                    arr = np.array(img.convert("RGB"))
                 if arr.shape[:2] == (self.height, self.width):
                     return arr
             except (OSError, SyntaxError, ValueError):
                 pass  # an unreadable cache entry is rebuilt below
         native = self._process_native(decode_image(path, (self.camera.width, self.camera.height)))
-        image = native if native.dtype == np.uint8 else _to_uint8(native)
+        image = np.array(native) if native.dtype == np.uint8 else _to_uint8(native)
         if cached is not None:
             try:
                 cached.parent.mkdir(parents=True, exist_ok=True)

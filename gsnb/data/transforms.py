@@ -88,7 +88,8 @@ def read_transforms_scene(
         downscaled_folder(im.image_path.parent, downscale) / im.image_path.name for im in images
     ]
     downscaled = 1
-    if downscale > 1 and all(p.is_file() and p != im.image_path for p, im in zip(smaller, images, strict=True)):
+    pairs = zip(smaller, images, strict=True)
+    if downscale > 1 and all(p.is_file() and p != im.image_path for p, im in pairs):
         images = [
             PosedImage(im.name, p, im.camera, im.viewmat)
             for p, im in zip(smaller, images, strict=True)

@@ -101,7 +101,12 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
         return resume_run(args, Path(args.out) if args.out else None, dataset)
     config = train_config(args, path)
     if dataset is None:
-        dataset = load_dataset(path, downscale=config.downscale, test_every=config.test_every)
+        dataset = load_dataset(
+            path,
+            downscale=config.downscale,
+            test_every=config.test_every,
+            cache_dir=config.cache_dir,
+        )
     return Trainer(dataset, config, strategy=args.strategy)
 
 

@@ -74,6 +74,12 @@ class TrainConfig:
         checkpoint_every: write ``out_dir/checkpoint.pt`` every this many steps
             (default 0: only when training stops, is interrupted or finishes). Live.
         out_dir: folder for checkpoints; None writes none automatically.
+        images_on: where the training images live, as 8-bit RGB: ``"gpu"``, ``"cpu"``
+            (pinned host memory, the next views copied ahead on a side stream) or
+            ``"auto"`` (the GPU when the images and a step fit in half its memory;
+            default).
+        cache_dir: folder for processed (undistorted, downscaled) images; None: a folder
+            of the user cache directory named after the dataset (default).
     """
 
     data: str | None = None
@@ -107,6 +113,8 @@ class TrainConfig:
     eval_every: int = knob(0, low=0)
     checkpoint_every: int = knob(0, low=0)
     out_dir: str | None = None
+    images_on: str = knob("auto", choices=("auto", "gpu", "cpu"), live=False)
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -346,33 +346,47 @@ def _warn_cache_unwritable(folder: Path, err: OSError) -> None:
 
 
 def _fisheye_pinhole_K(camera: Camera) -> np.ndarray:
-    """``[3, 3]`` widest pinhole of the fisheye ``camera``'s size that sees only valid pixels.
+    """``[3, 3]`` widest pinhole view of the fisheye ``camera``'s size that sees only valid pixels.
 
-    The image's edges, undistorted, bound the largest rectangle inside them (the
-    ``alpha = 0`` view of ``getOptimalNewCameraMatrix``); it fills the output.
+    The pinhole keeps the fisheye's principal point and focal aspect; its focal
+    length is the shortest (bisected) whose image edges, seen through the
+    fisheye lens, stay inside the fisheye image. Rays of 90 degrees or more,
+    which no pinhole sees, never enter.
     """
     w, h = camera.width, camera.height
     t = np.linspace(0.0, 1.0, _EDGE_SAMPLES)
-    edges = {
-        "left": np.stack([np.zeros_like(t), t * h], 1),
-        "right": np.stack([np.full_like(t, w), t * h], 1),
-        "top": np.stack([t * w, np.zeros_like(t)], 1),
-        "bottom": np.stack([t * w, np.full_like(t, h)], 1),
-    }
+    edges = np.concatenate(
+        [
+            np.stack([np.zeros_like(t), t * h], 1),
+            np.stack([np.full_like(t, w), t * h], 1),
+            np.stack([t * w, np.zeros_like(t)], 1),
+            np.stack([t * w, np.full_like(t, h)], 1),
+        ]
+    )
     k, d = _to_opencv(camera.K), np.asarray(camera.distortion, dtype=np.float64)
-    # Pixel edges in gsnb coordinates sit at 0 and w; OpenCV's are half a pixel left.
-    rays = {
-        name: cv2.fisheye.undistortPoints((pts - 0.5)[None].astype(np.float64), k, d)[0]
-        for name, pts in edges.items()
-    }
-    x_lo, x_hi = rays["left"][:, 0].max(), rays["right"][:, 0].min()
-    y_lo, y_hi = rays["top"][:, 1].max(), rays["bottom"][:, 1].min()
-    if not (np.isfinite([x_lo, x_hi, y_lo, y_hi]).all() and x_hi > x_lo and y_hi > y_lo):
-        raise ValueError(
-            f"the fisheye camera {camera} has no valid pinhole view; check its distortion"
-        )
-    fx, fy = w / (x_hi - x_lo), h / (y_hi - y_lo)
-    return np.array([[fx, 0.0, -x_lo * fx], [0.0, fy, -y_lo * fy], [0.0, 0.0, 1.0]])
+
+    def fits(scale: float) -> bool:
+        rays = np.ones((len(edges), 3))
+        rays[:, 0] = (edges[:, 0] - camera.cx) / (camera.fx * scale)
+        rays[:, 1] = (edges[:, 1] - camera.cy) / (camera.fy * scale)
+        seen, _ = cv2.fisheye.projectPoints(rays[:, None], np.zeros(3), np.zeros(3), k, d)
+        px = seen[:, 0] + 0.5  # back to gsnb's pixel coordinates
+        inside = (px[:, 0] >= -1e-6) & (px[:, 0] <= w + 1e-6)
+        inside &= (px[:, 1] >= -1e-6) & (px[:, 1] <= h + 1e-6)
+        return bool(np.isfinite(px).all() and inside.all())
+
+    low, high = 1e-3, 1.0
+    while not fits(high):  # a lens that magnifies at the edges needs a longer focal
+        low, high = high, high * 2
+        if high > 1e3:
+            raise ValueError(f"the fisheye camera {camera} has no valid pinhole view")
+    for _ in range(50):
+        mid = (low + high) / 2
+        low, high = (low, mid) if fits(mid) else (mid, high)
+    scale = high
+    return np.array(
+        [[camera.fx * scale, 0.0, camera.cx], [0.0, camera.fy * scale, camera.cy], [0.0, 0.0, 1.0]]
+    )
 
 
 @functools.lru_cache(maxsize=2)  # photos of one camera share maps; two bound the memory

@@ -1,4 +1,4 @@
-"""Memory preflight: the GPU memory a training step needs, before it runs.
+"""Memory preflight: the GPU memory a training step needs, before it runs, and host memory.
 
 The estimate adds up what one step of 3DGS training holds at its peak with the
 CUDA backend: the parameters with their gradients and Adam's two moments, the
@@ -11,6 +11,9 @@ were fitted to peaks measured on an H200 (``benchmarks/bench_memory.py``,
 """
 
 from __future__ import annotations
+
+import os
+from collections.abc import Iterable
 
 from gsnb.raster.sh import num_sh_bases
 
@@ -62,3 +65,37 @@ def estimate_peak_memory(
     per_image = BYTES_PER_PIXEL * width * height + QUADRATIC_BYTES_PER_IMAGE * ratio * ratio
     total = BASELINE_BYTES + num_gaussians * per_gaussian + cameras * per_image + dataset_bytes
     return int(total)
+
+
+def image_bytes(sizes: Iterable[tuple[int, int]]) -> int:
+    """Bytes of 8-bit RGB images of the given ``(width, height)`` sizes, as training stores them.
+
+    Example:
+        >>> image_bytes([(1920, 1080)] * 1000) / 2**30  # doctest: +ELLIPSIS
+        5.79...
+    """
+    return sum(3 * int(w) * int(h) for w, h in sizes)
+
+
+def available_host_memory() -> int | None:
+    """Bytes of host memory available to new allocations now, or None where unknown.
+
+    ``MemAvailable`` of ``/proc/meminfo`` (page cache that can be dropped
+    counts), else free physical pages from ``os.sysconf``.
+
+    Example:
+        >>> available = available_host_memory()
+        >>> available is None or available > 0
+        True
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None

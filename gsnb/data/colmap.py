@@ -16,10 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from gsnb.data.camera import Camera, PosedImage, SceneFiles, drop_missing_images
+from gsnb.data.camera import (
+    Camera,
+    PosedImage,
+    SceneFiles,
+    downscaled_folder,
+    drop_missing_images,
+)
 from gsnb.utils.atomic import atomic_write
 
-# COLMAP's model ids (src/colmap/sensor/models.h); gsnb reads the first five.
+# COLMAP's model ids (src/colmap/sensor/models.h); gsnb reads those in camera.CAMERA_MODELS.
 MODEL_NAMES = {
     0: "SIMPLE_PINHOLE",
     1: "PINHOLE",
@@ -136,13 +142,18 @@ def read_colmap_model(folder: str | Path) -> ColmapModel:
     return model
 
 
-def read_colmap_scene(root: Path, model_dir: Path) -> SceneFiles:
+def read_colmap_scene(root: Path, model_dir: Path, downscale: int = 1) -> SceneFiles:
     """A COLMAP dataset: the model in ``model_dir`` and photos in ``root/images``.
 
-    Points are None when the model has no ``points3D`` file (random points are
-    used then); an empty ``points3D`` file is an error.
+    With ``downscale = N > 1`` and an ``images_N/`` folder holding every image,
+    the photos come from there (``SceneFiles.downscaled`` says so). Points are
+    None when the model has no ``points3D`` file (random points are used then);
+    an empty ``points3D`` file is an error.
     """
     image_dir = root / "images"
+    smaller = downscaled_folder(image_dir, downscale)
+    if smaller != image_dir and not image_dir.is_dir():
+        image_dir = smaller
     if not image_dir.is_dir():
         raise FileNotFoundError(
             f"image folder {image_dir} does not exist; a COLMAP dataset keeps its photos in "
@@ -158,11 +169,16 @@ def read_colmap_scene(root: Path, model_dir: Path) -> SceneFiles:
         PosedImage(name, image_dir / name, model.camera(cam_id), model.viewmat(image_id))
         for image_id, (name, _, _, cam_id) in model.images.items()
     ]
+    if smaller != image_dir and all((smaller / im.name).is_file() for im in posed):
+        posed = [PosedImage(im.name, smaller / im.name, im.camera, im.viewmat) for im in posed]
+        image_dir, downscaled = smaller, downscale
+    else:
+        downscaled = downscale if image_dir == smaller and smaller.name != "images" else 1
     posed = drop_missing_images(posed, image_dir)
     has_points = any((model_dir / f"points3D.{ext}").is_file() for ext in ("bin", "txt"))
     if not has_points:
-        return SceneFiles(root, posed)
-    return SceneFiles(root, posed, model.points, model.points_rgb / 255.0)
+        return SceneFiles(root, posed, downscaled=downscaled)
+    return SceneFiles(root, posed, model.points, model.points_rgb / 255.0, downscaled=downscaled)
 
 
 def write_colmap_text(model: ColmapModel, folder: str | Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy as np
 import torch
 
 from gsnb.cameras import camera_centres, scale_intrinsics
-from gsnb.data.camera import Camera, SceneFiles
+from gsnb.data.camera import Camera, PosedImage, SceneFiles
 from gsnb.data.images import ImagePipeline
 
 # How many random initial points a dataset without points3D gets.
@@ -47,14 +48,28 @@ class View:
     pipeline: ImagePipeline | None = field(default=None, repr=False, compare=False)
 
     def load_image(self) -> torch.Tensor:
-        """``[height, width, 3]`` float32 in [0, 1] on the CPU."""
+        """``[height, width, 3]`` float32 in [0, 1] on the CPU: :meth:`load_bytes` / 255."""
+        return bytes_to_float(self.load_bytes())
+
+    def load_bytes(self) -> torch.Tensor:
+        """``[height, width, 3]`` uint8 on the CPU: the processed 8-bit image."""
         pipeline = self.pipeline if self.pipeline is not None else ImagePipeline(_file_camera(self))
-        return torch.from_numpy(pipeline.load(self.image_path))
+        return torch.from_numpy(pipeline.load_bytes(self.image_path))
 
     @property
     def camera_center(self) -> torch.Tensor:
         """``[3]`` camera position in world space: ``-R^T t``."""
         return camera_centres(self.viewmat)
+
+
+def bytes_to_float(image: torch.Tensor) -> torch.Tensor:
+    """``image`` (uint8, any shape and device) as float32 in [0, 1]: one rounding, ``/ 255``.
+
+    Example:
+        >>> bytes_to_float(torch.tensor([0, 51, 255], dtype=torch.uint8)).tolist()
+        [0.0, 0.20000000298023224, 1.0]
+    """
+    return image.to(torch.float32).div_(255.0)
 
 
 def scaled_view(view: View, width: int) -> View:
@@ -150,9 +165,13 @@ def load_dataset(
     ``path`` may also name a ``transforms*.json`` file.
 
     Images are downscaled by the integer ``downscale`` and undistorted if their
-    camera is distorted; the results are cached under ``cache_dir`` (default
-    ``<path>/.gsnb-cache``, or ``$XDG_CACHE_HOME/gsnb`` (``~/.cache/gsnb``) when
-    ``path`` is read-only).
+    camera is distorted; an ``images_N/`` folder (3DGS / Mip-NeRF 360 layout)
+    serves ``downscale = N`` as it is. Images smaller than their camera by one
+    factor (pre-downscaled captures) get the camera rescaled as COLMAP does. The
+    processed images are cached under ``cache_dir`` (default: a folder of the
+    user cache directory, ``$XDG_CACHE_HOME/gsnb/images`` or
+    ``~/.cache/gsnb/images``, named after the dataset's resolved path; the dataset
+    folder is never written, so read-only datasets are fine).
     ``test_every = 0`` puts every view in the training set.
 
     Example:
@@ -169,10 +188,11 @@ def load_dataset(
         raise ValueError(f"downscale must be an integer >= 1, got {downscale!r}")
     if test_every < 0:
         raise ValueError(f"test_every must be >= 0, got {test_every}")
-    files = _read_files(root)
+    files = _read_files(root, downscale)
     folder = root if root.is_dir() else root.parent
-    cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir(folder)
-    return build_dataset(files, downscale=downscale, test_every=test_every, cache_dir=cache)
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir(folder)
+    remaining = downscale // files.downscaled if downscale % files.downscaled == 0 else downscale
+    return build_dataset(files, downscale=remaining, test_every=test_every, cache_dir=cache)
 
 
 def build_dataset(
@@ -195,7 +215,7 @@ def build_dataset(
 
     if not files.images:
         raise ValueError(f"dataset {files.root} has no images; nothing to train on")
-    images = sorted(files.images, key=lambda im: im.name)
+    images = sorted((_fit_camera(im) for im in files.images), key=lambda im: im.name)
     pipelines: dict[Camera, ImagePipeline] = {}
     views = []
     for im in images:
@@ -244,20 +264,34 @@ def build_dataset(
     )
 
 
-def _read_files(root: Path) -> SceneFiles:
+def _fit_camera(image: PosedImage) -> PosedImage:
+    """``image`` with its camera rescaled to the file's size (pre-downscaled photos)."""
+    from gsnb.data.images import image_size, stored_size
+
+    cam = image.camera
+    if not image.image_path.is_file():
+        return image  # made in memory, or a photo that is checked when it loads
+    size = image_size(image.image_path)
+    if size == (cam.width, cam.height) or stored_size(image.image_path) == (cam.width, cam.height):
+        return image
+    fitted = cam.fitted_to(*size, where=str(image.image_path))
+    return PosedImage(image.name, image.image_path, fitted, image.viewmat)
+
+
+def _read_files(root: Path, downscale: int = 1) -> SceneFiles:
     from gsnb.data.colmap import find_colmap_model, read_colmap_scene
     from gsnb.data.transforms import find_transforms, read_transforms_scene
 
     if root.is_file():
         if root.suffix == ".json":
-            return read_transforms_scene(root)
+            return read_transforms_scene(root, downscale=downscale)
         raise ValueError(f"{root} is a file but not a transforms.json; pass the dataset folder")
     model = find_colmap_model(root)
     if model is not None:
-        return read_colmap_scene(root, model)
+        return read_colmap_scene(root, model, downscale)
     transforms = find_transforms(root)
     if transforms is not None:
-        return read_transforms_scene(*transforms)
+        return read_transforms_scene(*transforms, downscale=downscale)
     raise FileNotFoundError(
         f"no dataset found in {root}: expected a COLMAP model (sparse/0/cameras.bin or .txt) "
         "or a transforms.json"
@@ -272,13 +306,24 @@ def _test_ids(names: list[str], test_every: int, test_names: set[str] | None) ->
     return [i for i in range(len(names)) if i % test_every == 0]
 
 
-def _default_cache_dir(folder: Path) -> Path:
-    # A folder without write bits counts as read-only even for root, who may write anyway.
-    if os.access(folder, os.W_OK) and folder.stat().st_mode & 0o222:
-        return folder / ".gsnb-cache"
-    digest = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:12]
+def default_cache_dir(folder: str | Path) -> Path:
+    """Where the processed images of the dataset in ``folder`` are cached by default.
+
+    A folder of the user cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``)
+    named after the dataset folder and a hash of its resolved path; each entry's
+    name also hashes its source file's path, size and modification time, so an
+    edited photo is processed again.
+
+    Example:
+        >>> default_cache_dir("/data/garden").parent.name
+        'images'
+    """
+    folder = Path(folder).expanduser().resolve()
+    digest = hashlib.sha1(str(folder).encode()).hexdigest()[:12]
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "gsnb" / "images" / f"{folder.name}-{digest}"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "gsnb" / f"{folder.name}-{digest}"
+    return base / "gsnb" / "images" / f"{folder.name}-{digest}"
 
 
 def _file_camera(view: View) -> Camera:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -17,7 +18,9 @@ from gsnb.data.camera import Camera
 from gsnb.utils.atomic import atomic_write
 
 # Bump when the pipeline's output changes, so old cache files are not reused.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+# Points along each image edge whose undistortion bounds a fisheye's pinhole view.
+_EDGE_SAMPLES = 256
 # EXIF orientations 5..8 rotate by 90 degrees, swapping width and height.
 _SWAPPING_ORIENTATIONS = {5, 6, 7, 8}
 _ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
@@ -50,6 +53,22 @@ def _header(path: str | Path) -> tuple[tuple[int, int], bool]:
         raise ValueError(f"cannot read the header of image {path} ({err}); it is corrupt") from err
     size = (h, w) if orientation in _SWAPPING_ORIENTATIONS else (w, h)
     return size, mode in _ALPHA_MODES or "transparency" in info
+
+
+def stored_size(path: str | Path) -> tuple[int, int]:
+    """``(width, height)`` of an image as stored (EXIF orientation ignored), from its header.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from PIL import Image
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.png"
+        >>> Image.new("RGB", (4, 3)).save(p)
+        >>> stored_size(p)
+        (4, 3)
+    """
+    _header(path)  # its errors name a missing or corrupt file
+    with Image.open(path) as img:
+        return img.size
 
 
 def image_size(path: str | Path) -> tuple[int, int]:
@@ -133,7 +152,8 @@ def decode_image(path: str | Path, size: tuple[int, int] | None = None) -> np.nd
 
 def _as_float(image: np.ndarray) -> np.ndarray:
     if image.dtype == np.uint8:
-        return image.astype(np.float32) * np.float32(1.0 / 255.0)
+        # Division, not a product with 1/255: the same values as torch's bytes_to_float.
+        return image.astype(np.float32) / np.float32(255.0)
     return image.astype(np.float32)
 
 
@@ -191,6 +211,8 @@ class ImagePipeline:
         cam = self.camera
         if not cam.is_distorted:
             return cam.K
+        if cam.fisheye:
+            return _fisheye_pinhole_K(cam)
         # OpenCV puts pixel centres at integers, gsnb at i + 0.5: shift in and out.
         new_k, _ = cv2.getOptimalNewCameraMatrix(
             _to_opencv(cam.K), np.asarray(cam.distortion), (cam.width, cam.height), 0.0
@@ -210,10 +232,19 @@ class ImagePipeline:
     @property
     def K(self) -> np.ndarray:
         """``[3, 3]`` float64 pinhole intrinsics of the output images."""
-        k = self._undistorted_K.copy()
-        k[0] *= self.width / self.camera.width
-        k[1] *= self.height / self.camera.height
-        return k
+        k = self._undistorted_K
+        cam = self.camera
+        # An undistorted view is a two-focal pinhole (as COLMAP's undistorter writes).
+        pinhole = Camera(
+            cam.width,
+            cam.height,
+            float(k[0, 0]),
+            float(k[1, 1]),
+            float(k[0, 2]),
+            float(k[1, 2]),
+            single_focal=cam.single_focal and not cam.is_distorted,
+        )
+        return pinhole.rescaled(self.width, self.height).K
 
     @property
     def changes_pixels(self) -> bool:
@@ -242,7 +273,14 @@ class ImagePipeline:
         return self.cache_dir / f"{path.stem}-{digest}.png"
 
     def load(self, path: str | Path) -> np.ndarray:
-        """``[height, width, 3]`` float32 in [0, 1]: the processed image (cached when possible)."""
+        """``[height, width, 3]`` float32 in [0, 1]: the processed image (cached when possible).
+
+        The values are :meth:`load_bytes`'s divided by 255.
+        """
+        return _as_float(self.load_bytes(path))
+
+    def load_bytes(self, path: str | Path) -> np.ndarray:
+        """``[height, width, 3]`` uint8: the processed image (cached when possible)."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(
@@ -252,17 +290,20 @@ class ImagePipeline:
         if cached is not None and cached.is_file():
             try:
                 with Image.open(cached) as img:
-                    arr = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+                    arr = np.array(img.convert("RGB"))
                 if arr.shape[:2] == (self.height, self.width):
                     return arr
             except (OSError, SyntaxError, ValueError):
                 pass  # an unreadable cache entry is rebuilt below
-        image = self.process(decode_image(path, (self.camera.width, self.camera.height)))
+        native = self._process_native(decode_image(path, (self.camera.width, self.camera.height)))
+        image = np.array(native) if native.dtype == np.uint8 else _to_uint8(native)
         if cached is not None:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_write(cached) as handle:
-                Image.fromarray(_to_uint8(image)).save(handle, format="PNG", compress_level=1)
-            image = _to_uint8(image).astype(np.float32) / 255.0  # the same pixels as a cache hit
+            try:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                with atomic_write(cached) as handle:
+                    Image.fromarray(image).save(handle, format="PNG", compress_level=1)
+            except OSError as err:
+                _warn_cache_unwritable(cached.parent, err)
         return image
 
     def process(self, image: np.ndarray) -> np.ndarray:
@@ -271,6 +312,10 @@ class ImagePipeline:
         ``image`` is uint8 or float in [0, 1]; the result is ``[height, width, 3]``
         float32 in [0, 1]. 8-bit RGB stays 8-bit until the end, which is faster.
         """
+        return np.ascontiguousarray(_as_float(self._process_native(image)).clip(0.0, 1.0))
+
+    def _process_native(self, image: np.ndarray) -> np.ndarray:
+        """:meth:`process` without the final conversion: 8-bit RGB stays uint8."""
         keep_bytes = image.dtype == np.uint8 and image.shape[-1] == 3
         rgb = image if keep_bytes else composite(_as_float(image), self.background)
         cam = self.camera
@@ -281,12 +326,81 @@ class ImagePipeline:
             )
         if (self.width, self.height) != (cam.width, cam.height):
             rgb = cv2.resize(rgb, (self.width, self.height), interpolation=cv2.INTER_AREA)
-        return np.ascontiguousarray(_as_float(rgb).clip(0.0, 1.0))
+        return rgb
+
+
+_UNWRITABLE_CACHES: set[Path] = set()
+
+
+def _warn_cache_unwritable(folder: Path, err: OSError) -> None:
+    """One warning per folder: images are processed again next time, training goes on."""
+    if folder in _UNWRITABLE_CACHES:
+        return
+    _UNWRITABLE_CACHES.add(folder)
+    warnings.warn(
+        f"cannot write the image cache in {folder} ({err.strerror or err}); images are not "
+        "cached. Choose a writable folder with --cache-dir",
+        ResourceWarning,
+        stacklevel=4,
+    )
+
+
+def _fisheye_pinhole_K(camera: Camera) -> np.ndarray:
+    """``[3, 3]`` widest pinhole view of the fisheye ``camera``'s size that sees only valid pixels.
+
+    The pinhole keeps the fisheye's principal point and focal aspect; its focal
+    length is the shortest (bisected) whose image edges, seen through the
+    fisheye lens, stay inside the fisheye image. Rays of 90 degrees or more,
+    which no pinhole sees, never enter.
+    """
+    w, h = camera.width, camera.height
+    t = np.linspace(0.0, 1.0, _EDGE_SAMPLES)
+    edges = np.concatenate(
+        [
+            np.stack([np.zeros_like(t), t * h], 1),
+            np.stack([np.full_like(t, w), t * h], 1),
+            np.stack([t * w, np.zeros_like(t)], 1),
+            np.stack([t * w, np.full_like(t, h)], 1),
+        ]
+    )
+    k, d = _to_opencv(camera.K), np.asarray(camera.distortion, dtype=np.float64)
+
+    def fits(scale: float) -> bool:
+        rays = np.ones((len(edges), 3))
+        rays[:, 0] = (edges[:, 0] - camera.cx) / (camera.fx * scale)
+        rays[:, 1] = (edges[:, 1] - camera.cy) / (camera.fy * scale)
+        seen, _ = cv2.fisheye.projectPoints(rays[:, None], np.zeros(3), np.zeros(3), k, d)
+        px = seen[:, 0] + 0.5  # back to gsnb's pixel coordinates
+        inside = (px[:, 0] >= -1e-6) & (px[:, 0] <= w + 1e-6)
+        inside &= (px[:, 1] >= -1e-6) & (px[:, 1] <= h + 1e-6)
+        return bool(np.isfinite(px).all() and inside.all())
+
+    low, high = 1e-3, 1.0
+    while not fits(high):  # a lens that magnifies at the edges needs a longer focal
+        low, high = high, high * 2
+        if high > 1e3:
+            raise ValueError(f"the fisheye camera {camera} has no valid pinhole view")
+    for _ in range(50):
+        mid = (low + high) / 2
+        low, high = (low, mid) if fits(mid) else (mid, high)
+    scale = high
+    return np.array(
+        [[camera.fx * scale, 0.0, camera.cx], [0.0, camera.fy * scale, camera.cy], [0.0, 0.0, 1.0]]
+    )
 
 
 @functools.lru_cache(maxsize=2)  # photos of one camera share maps; two bound the memory
 def _undistortion_maps(camera: Camera, new_k: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
     """OpenCV's fixed-point (1/32 px) remap tables from ``camera`` to the pinhole ``new_k``."""
+    if camera.fisheye:
+        return cv2.fisheye.initUndistortRectifyMap(
+            _to_opencv(camera.K),
+            np.asarray(camera.distortion, dtype=np.float64),
+            np.eye(3),
+            _to_opencv(np.asarray(new_k).reshape(3, 3)),
+            (camera.width, camera.height),
+            cv2.CV_16SC2,
+        )
     return cv2.initUndistortRectifyMap(
         _to_opencv(camera.K),
         np.asarray(camera.distortion),

@@ -4,7 +4,10 @@ Poses are camera-to-world in OpenGL axes (+y up, +z backward); they become
 world-to-camera matrices in OpenCV axes. Intrinsics come from ``fl_x``/``fl_y``
 (or ``camera_angle_x``/``camera_angle_y``), ``cx``/``cy`` (default: the image
 centre), ``w``/``h`` (default: the image file's size) and distortion ``k1 k2 p1
-p2``, at the top level or per frame (per-frame values win).
+p2`` (``k1 k2 k3 k4`` with ``camera_model: OPENCV_FISHEYE``), at the top level
+or per frame (per-frame values win). The size the intrinsics describe may differ
+from the files' by one factor (pre-downscaled images); ``images_N/`` beside
+``images/`` is used for a downscale of N.
 """
 
 from __future__ import annotations
@@ -17,13 +20,26 @@ from typing import Any
 import numpy as np
 
 from gsnb.cameras import focal_from_fov
-from gsnb.data.camera import Camera, PosedImage, SceneFiles, drop_missing_images
+from gsnb.data.camera import (
+    Camera,
+    PosedImage,
+    SceneFiles,
+    downscaled_folder,
+    drop_missing_images,
+)
 from gsnb.data.images import image_has_alpha, image_size
 
 # OpenGL camera axes (x right, y up, z back) -> OpenCV (x right, y down, z forward).
 GL_TO_CV = np.diag([1.0, -1.0, -1.0, 1.0])
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG", ".exr", ".webp")
-_SUPPORTED_MODELS = ("OPENCV", "PINHOLE", "SIMPLE_PINHOLE", "SIMPLE_RADIAL", "RADIAL")
+_SUPPORTED_MODELS = (
+    "OPENCV",
+    "PINHOLE",
+    "SIMPLE_PINHOLE",
+    "SIMPLE_RADIAL",
+    "RADIAL",
+    "OPENCV_FISHEYE",
+)
 
 
 def find_transforms(root: Path) -> tuple[Path, Path | None] | None:
@@ -41,8 +57,13 @@ def find_transforms(root: Path) -> tuple[Path, Path | None] | None:
     return None
 
 
-def read_transforms_scene(path: Path, test_path: Path | None = None) -> SceneFiles:
+def read_transforms_scene(
+    path: Path, test_path: Path | None = None, downscale: int = 1
+) -> SceneFiles:
     """Read ``path`` (and NeRF-synthetic's ``test_path``, whose frames become the test split).
+
+    With ``downscale = N > 1``, frames under ``images/`` are read from
+    ``images_N/`` when it holds all of them (``SceneFiles.downscaled`` says so).
 
     Points come from the optional ``ply_file_path`` key (nerfstudio's); images
     with an alpha channel put the scene on a white background (NeRF-synthetic).
@@ -63,6 +84,17 @@ def read_transforms_scene(path: Path, test_path: Path | None = None) -> SceneFil
         images += test_images
     if not images:
         raise ValueError(f"{path} lists no frames; nothing to train on")
+    smaller = [
+        downscaled_folder(im.image_path.parent, downscale) / im.image_path.name for im in images
+    ]
+    downscaled = 1
+    pairs = zip(smaller, images, strict=True)
+    if downscale > 1 and all(p.is_file() and p != im.image_path for p, im in pairs):
+        images = [
+            PosedImage(im.name, p, im.camera, im.viewmat)
+            for p, im in zip(smaller, images, strict=True)
+        ]
+        downscaled = downscale
     images = drop_missing_images(images, _image_folder(path.parent, images))
     points = rgb = None
     if "ply_file_path" in meta:
@@ -70,7 +102,7 @@ def read_transforms_scene(path: Path, test_path: Path | None = None) -> SceneFil
 
         points, rgb = read_ply_points(path.parent / str(meta["ply_file_path"]))
     background = (1.0, 1.0, 1.0) if image_has_alpha(images[0].image_path) else (0.0, 0.0, 0.0)
-    return SceneFiles(path.parent, images, points, rgb, background, test_names)
+    return SceneFiles(path.parent, images, points, rgb, background, test_names, downscaled)
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -154,10 +186,12 @@ def _camera(meta: dict[str, Any], image_path: Path, where: str) -> Camera:
         raise ValueError(f"{where}: no focal length (fl_x or camera_angle_x)")
     fx = fx if fx is not None else fy
     fy = fy if fy is not None else fx
-    dist = tuple(float(meta.get(k, 0.0)) for k in ("k1", "k2", "p1", "p2"))
+    fisheye = model == "OPENCV_FISHEYE"
+    keys = ("k1", "k2", "k3", "k4") if fisheye else ("k1", "k2", "p1", "p2")
+    dist = tuple(float(meta.get(k, 0.0)) for k in keys)
     cx = float(meta.get("cx", width / 2.0))
     cy = float(meta.get("cy", height / 2.0))
-    return Camera(width, height, float(fx), float(fy), cx, cy, dist)  # type: ignore[arg-type]
+    return Camera(width, height, float(fx), float(fy), cx, cy, dist, fisheye)
 
 
 def _focal(meta: dict[str, Any], key: str, angle_key: str, size: int) -> float | None:

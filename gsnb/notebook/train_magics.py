@@ -103,7 +103,12 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
         previous.run_folder.release()  # the variable is about to hold the new run
     config = train_config(args, path)
     if dataset is None and not args.resume:
-        dataset = load_dataset(path, downscale=config.downscale, test_every=config.test_every)
+        dataset = load_dataset(
+            path,
+            downscale=config.downscale,
+            test_every=config.test_every,
+            cache_dir=config.cache_dir,
+        )
     folder = RunFolder(args.out) if args.out else None
     try:
         if folder is not None:

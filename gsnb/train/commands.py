@@ -86,7 +86,12 @@ def train(args: argparse.Namespace) -> int:
             from gsnb.data.dataset import load_dataset
 
             config = train_config(args)
-            data = load_dataset(args.data, downscale=config.downscale, test_every=config.test_every)
+            data = load_dataset(
+                args.data,
+                downscale=config.downscale,
+                test_every=config.test_every,
+                cache_dir=config.cache_dir,
+            )
             claim_folder(folder, args, "gsnb train")  # only once the data loaded: no empty folders
             trainer = Trainer(data, config, strategy=args.strategy, progress=not args.no_progress)
         preflight(trainer, folder, progress=not args.no_progress)
@@ -156,7 +161,12 @@ def resume_run(
         folder = getattr(args, "data", None) or saved.get("data")
         if folder is None:
             raise ValueError(f"checkpoint {args.resume} records no dataset folder; name it")
-        dataset = load_dataset(folder, downscale=saved["downscale"], test_every=saved["test_every"])
+        dataset = load_dataset(
+            folder,
+            downscale=saved["downscale"],
+            test_every=saved["test_every"],
+            cache_dir=saved.get("cache_dir"),
+        )
     device = None if args.device in (None, "auto") else args.device
     trainer = Trainer.resume_from(source, dataset, device=device)
     if out is not None:

@@ -80,6 +80,12 @@ class TrainConfig:
         keep_checkpoints: checkpoints kept in ``out_dir``: the newest as
             ``checkpoint.pt``, with it and the older ones in ``checkpoints/`` (default 3). Live.
         out_dir: folder for checkpoints; None writes none automatically.
+        images_on: where the training images live, as 8-bit RGB: ``"gpu"``, ``"cpu"``
+            (pinned host memory, the next views copied ahead on a side stream) or
+            ``"auto"`` (the GPU when the images and a step fit in half its memory;
+            default).
+        cache_dir: folder for processed (undistorted, downscaled) images; None: a folder
+            of the user cache directory named after the dataset (default).
     """
 
     data: str | None = None
@@ -115,6 +121,8 @@ class TrainConfig:
     checkpoint_minutes: float = knob(5.0, low=0.0, high=1e6)
     keep_checkpoints: int = knob(3, low=1, high=1000)
     out_dir: str | None = None
+    images_on: str = knob("auto", choices=("auto", "gpu", "cpu"), live=False)
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -8,13 +8,19 @@ training views come (:class:`ViewOrder`) and each step's background
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from gsnb.data.dataset import bytes_to_float
 from gsnb.model import GaussianModel
+
+# Views a step copies ahead from host memory (the next ones of the order).
+PREFETCH = 2
 
 if TYPE_CHECKING:
     from gsnb.data.dataset import View
@@ -75,13 +81,27 @@ def load_view_image(view: View, device: torch.device) -> Tensor:
         >>> tuple(load_view_image(data.views[0], torch.device("cpu")).shape)
         (16, 16, 3)
     """
-    image = view.load_image()
+    return bytes_to_float(load_view_bytes(view).to(device))
+
+
+def load_view_bytes(view: View) -> Tensor:
+    """``view``'s 8-bit image ``[height, width, 3]`` uint8 on the CPU; its shape is checked.
+
+    Example:
+        >>> import tempfile
+        >>> from gsnb.data.dataset import load_dataset
+        >>> from gsnb.data.synthetic import make_synthetic_scene
+        >>> data = load_dataset(make_synthetic_scene(tempfile.mkdtemp(), num_views=2, size=16))
+        >>> load_view_bytes(data.views[0]).dtype
+        torch.uint8
+    """
+    image = view.load_bytes()
     if tuple(image.shape) != (view.height, view.width, 3):
         raise ValueError(
             f"image of view {view.name} has shape {list(image.shape)}; the view says "
             f"[{view.height}, {view.width}, 3]"
         )
-    return image.to(device, torch.float32)
+    return image
 
 
 def view_camera(view: View, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -102,11 +122,20 @@ def view_camera(view: View, device: torch.device) -> tuple[Tensor, Tensor]:
 
 
 class ViewImages:
-    """The images and cameras of ``views``, loaded once onto ``device``.
+    """The images and cameras of ``views``: 8-bit images on the GPU or in host memory.
+
+    With ``images_on = "gpu"`` the images sit on ``device``; with ``"cpu"`` they
+    sit in host memory (pinned when ``device`` is a GPU) and :meth:`image` copies
+    the views named ``upcoming`` ahead on a side CUDA stream, so that a step finds
+    its image already on the GPU. Either way a step gets the same float32 values:
+    the bytes divided by 255 on ``device``. Decoding (and undistorting,
+    downscaling) runs on a thread pool.
 
     Attributes:
         views: the views, in order.
-        images: ``[height, width, 3]`` float32 image of each view.
+        images_on: ``"gpu"`` or ``"cpu"``.
+        stored: ``[height, width, 3]`` uint8 image of each view, where ``images_on`` says.
+        images: the float32 images, computed on access (a read-only sequence).
         cameras: ``(viewmat [1, 4, 4], K [1, 3, 3])`` of each view.
 
     Example:
@@ -116,21 +145,75 @@ class ViewImages:
         >>> data = load_dataset(make_synthetic_scene(tempfile.mkdtemp(), num_views=3, size=16))
         >>> train = ViewImages(data.train, torch.device("cpu"))
         >>> len(train), train.max_size, train.nbytes  # view 0 is held out
-        (2, (16, 16), 6144)
+        (2, (16, 16), 4608)
+        >>> tuple(train.image(1, upcoming=[0]).shape)
+        (16, 16, 3)
     """
 
-    def __init__(self, views: Sequence[View], device: torch.device, progress: bool = False) -> None:
+    def __init__(
+        self,
+        views: Sequence[View],
+        device: torch.device,
+        progress: bool = False,
+        images_on: str = "gpu",
+        workers: int | None = None,
+    ) -> None:
+        if images_on not in ("gpu", "cpu"):
+            raise ValueError(f"images_on must be 'gpu' or 'cpu' here, got {images_on!r}")
         self.views = list(views)
-        shown: Any = self.views
-        if progress:
-            from tqdm.auto import tqdm
-
-            shown = tqdm(shown, desc="loading images", unit="image", leave=False)
-        self.images = [load_view_image(v, device) for v in shown]
-        self.cameras = [view_camera(v, device) for v in self.views]
+        self.device = torch.device(device)
+        self.images_on = images_on
+        on_cuda = self.device.type == "cuda"
+        pin = images_on == "cpu" and on_cuda and torch.cuda.is_available()
+        self.stored = [
+            image.to(self.device) if images_on == "gpu" else image.pin_memory() if pin else image
+            for image in _decoded(self.views, progress, workers)
+        ]
+        self.cameras = [view_camera(v, self.device) for v in self.views]
+        self._stream = torch.cuda.Stream(self.device) if pin else None
+        # Views copied ahead: index -> (uint8 image on device, event that marks the copy done).
+        self._ahead: dict[int, tuple[Tensor, Any]] = {}
 
     def __len__(self) -> int:
         return len(self.views)
+
+    def image(self, idx: int, upcoming: Sequence[int] = ()) -> Tensor:
+        """View ``idx``'s image ``[height, width, 3]`` float32 in [0, 1] on ``device``.
+
+        With host-resident images, the views of ``upcoming`` (the next ones of the
+        order) start copying to the device now; a view not copied ahead is copied
+        at once.
+        """
+        if self.images_on == "gpu":
+            return bytes_to_float(self.stored[idx])
+        image, event = self._ahead.pop(idx, None) or self._copy(idx)
+        if event is not None:
+            torch.cuda.current_stream(self.device).wait_event(event)
+        out = bytes_to_float(image)
+        wanted = list(dict.fromkeys(upcoming))
+        for j in [j for j in self._ahead if j not in wanted]:
+            del self._ahead[j]
+        for j in wanted:
+            if j not in self._ahead:
+                self._ahead[j] = (image, None) if j == idx else self._copy(j)
+        return out
+
+    def _copy(self, idx: int) -> tuple[Tensor, Any]:
+        host = self.stored[idx]
+        if self._stream is None:
+            return host.to(self.device), None
+        with torch.cuda.stream(self._stream):
+            image = host.to(self.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self._stream)
+        # Made on the side stream, read on the main one: the allocator must wait for both.
+        image.record_stream(torch.cuda.current_stream(self.device))
+        return image, event
+
+    @property
+    def images(self) -> Sequence[Tensor]:
+        """The float32 images ``[height, width, 3]`` on ``device``, each computed when read."""
+        return _FloatImages(self, range(len(self.views)))
 
     @property
     def max_size(self) -> tuple[int, int]:
@@ -139,8 +222,47 @@ class ViewImages:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the images take on the device."""
-        return sum(image.numel() * image.element_size() for image in self.images)
+        """Bytes the images take on the device: all of them, or the few copied ahead.
+
+        The float32 copy of one step's image (4 bytes a value) is included.
+        """
+        largest = max(image.numel() for image in self.stored)
+        if self.images_on == "gpu":
+            return sum(image.numel() for image in self.stored) + 4 * largest
+        return (PREFETCH + 1) * largest + 4 * largest
+
+    @property
+    def host_nbytes(self) -> int:
+        """Bytes the images take in host memory (0 when they live on the GPU)."""
+        return 0 if self.images_on == "gpu" else sum(image.numel() for image in self.stored)
+
+
+class _FloatImages(Sequence[Tensor]):
+    """A read-only sequence of :meth:`ViewImages.image` over some of the views."""
+
+    def __init__(self, source: ViewImages, ids: range) -> None:
+        self.source, self.ids = source, ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            return _FloatImages(self.source, self.ids[key])
+        return self.source.image(self.ids[key])
+
+
+def _decoded(views: list[View], progress: bool, workers: int | None) -> Iterator[Tensor]:
+    """The 8-bit images of ``views`` in order, decoded on a thread pool (OpenCV and PIL
+    release the GIL), with a progress bar when asked."""
+    count = workers or min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=count, thread_name_prefix="gsnb-images") as pool:
+        results: Iterable[Tensor] = pool.map(load_view_bytes, views)
+        if progress:
+            from tqdm.auto import tqdm
+
+            results = tqdm(results, total=len(views), desc="loading images", unit="image")
+        yield from results
 
 
 class ViewOrder:
@@ -165,6 +287,24 @@ class ViewOrder:
         self.generator = torch.Generator().manual_seed(seed)
         self.order = torch.empty(0, dtype=torch.long)
         self.pos = 0
+
+    def peek(self, count: int) -> list[int]:
+        """The indices of the next ``count`` views, without moving on (nor drawing).
+
+        Example:
+            >>> order = ViewOrder(3, seed=0)
+            >>> ahead = order.peek(5)
+            >>> ahead == [order.next() for _ in range(5)]
+            True
+        """
+        ahead = self.order[self.pos : self.pos + count].tolist()
+        if len(ahead) < count:
+            # Later epochs' orders, from a copy of the generator: the real one is not moved.
+            copy = torch.Generator().manual_seed(0)
+            copy.set_state(self.generator.get_state())
+            while len(ahead) < count:
+                ahead += torch.randperm(self.count, generator=copy)[: count - len(ahead)].tolist()
+        return ahead
 
     def next(self) -> int:
         """Index of the next view."""

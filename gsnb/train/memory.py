@@ -1,4 +1,5 @@
-"""GPU memory of a training run: a warning before a step would run out, and the peak so far."""
+"""Memory of a training run: where its images live, a warning before a step would run out of
+GPU (or host) memory, and the peak GPU memory so far."""
 
 from __future__ import annotations
 
@@ -6,10 +7,71 @@ import warnings
 
 import torch
 
-from gsnb.memory import estimate_peak_memory
+from gsnb.memory import available_host_memory, estimate_peak_memory, image_bytes
 
 PEAK_EVERY = 20  # steps between reads of the peak GPU memory
 GROWTH_TO_RECHECK = 1.1  # densification that grows the Gaussians by 10% checks again
+# "auto" keeps the images on the GPU when they and a step fit in this share of its memory:
+# densification commonly grows the Gaussians tenfold, so half stays free for it.
+GPU_SHARE_FOR_IMAGES = 0.5
+HOST_SHARE = 0.9  # host memory the images may take before a warning
+IMAGES_ON = ("auto", "gpu", "cpu")
+
+
+def choose_images_on(
+    images_on: str,
+    device: torch.device,
+    sizes: list[tuple[int, int]],
+    num_gaussians: int,
+    sh_degree: int,
+) -> str:
+    """Where the training images live: ``"gpu"`` (the training device) or ``"cpu"`` (host).
+
+    ``"auto"`` keeps them on the GPU when a step with ``num_gaussians`` and the
+    images (8-bit, ``sizes`` are ``(width, height)``) fit in half its memory, else
+    on the host (always ``"gpu"``, meaning the device itself, on a CPU device).
+    Warns (``ResourceWarning``) when host-resident images may not fit in the
+    host memory available.
+
+    Example:
+        >>> import torch
+        >>> choose_images_on("auto", torch.device("cpu"), [(64, 48)], 1000, 3)
+        'gpu'
+    """
+    if images_on not in IMAGES_ON:
+        raise ValueError(f"images_on must be one of {', '.join(IMAGES_ON)}, got {images_on!r}")
+    nbytes = image_bytes(sizes)
+    place = images_on
+    if place == "auto":
+        place = "gpu"
+        if device.type == "cuda":
+            width, height = max(w for w, _ in sizes), max(h for _, h in sizes)
+            step = estimate_peak_memory(num_gaussians, width, height, sh_degree)
+            total = torch.cuda.get_device_properties(device).total_memory
+            place = "gpu" if step + nbytes <= GPU_SHARE_FOR_IMAGES * total else "cpu"
+    if place == "cpu" or device.type != "cuda":
+        check_host_memory(nbytes)
+    return place
+
+
+def check_host_memory(nbytes: int) -> int | None:
+    """Warn (``ResourceWarning``) when ``nbytes`` of images exceed 90% of the free host memory.
+
+    Returns the host memory available (bytes), or None where unknown.
+
+    Example:
+        >>> check_host_memory(1024) is None or True
+        True
+    """
+    available = available_host_memory()
+    if available is not None and nbytes > HOST_SHARE * available:
+        warnings.warn(
+            f"the training images take {nbytes / 2**30:.1f} GiB as 8-bit RGB but the host has "
+            f"{available / 2**30:.1f} GiB available; raise the downscale or train on fewer views",
+            ResourceWarning,
+            stacklevel=3,
+        )
+    return available
 
 
 def check_gpu_memory(
@@ -56,7 +118,8 @@ class MemoryWatch:
     Args:
         device: the training device (nothing is checked or read on the CPU).
         width, height: the largest training image.
-        dataset_bytes: bytes of the training images kept on ``device``.
+        dataset_bytes: bytes of the training images on ``device`` (all of them on the GPU,
+            or the few copied ahead from the host).
 
     Example:
         >>> import torch

@@ -24,11 +24,11 @@ from gsnb.train.config import TrainConfig
 from gsnb.train.control import TrainingControl
 from gsnb.train.evaluation import EvalResult, evaluate_views
 from gsnb.train.health import HealthMonitor, health_sums, signals_from_sums
-from gsnb.train.inputs import ViewImages, ViewOrder, initial_model, step_background
+from gsnb.train.inputs import PREFETCH, ViewImages, ViewOrder, initial_model, step_background
 from gsnb.train.interrupts import InterruptGuard
 from gsnb.train.knobs import Knob, check_value, describe_knobs
 from gsnb.train.losses import photometric_terms, psnr_from_mse
-from gsnb.train.memory import MemoryWatch
+from gsnb.train.memory import MemoryWatch, choose_images_on
 from gsnb.train.metrics import StepMetrics
 from gsnb.train.optim import learning_rates, make_optimizer, set_learning_rates
 from gsnb.train.rendering import BackendRenderer, Renderer, render_model, screen_absgrad
@@ -148,7 +148,14 @@ class Trainer(TrainingControl):
                 generator=self._order.generator,
             )
         self.model = model.to(self.device)
-        self.train_images = ViewImages(dataset.train, self.device, progress)
+        images_on = choose_images_on(
+            cfg.images_on,
+            self.device,
+            [(v.width, v.height) for v in dataset.train],
+            self.model.num_gaussians,
+            self.model.sh_degree,
+        )
+        self.train_images = ViewImages(dataset.train, self.device, progress, images_on)
         self._test_images: ViewImages | None = None
         self.background = torch.tensor(dataset.background, dtype=torch.float32, device=self.device)
         self.model.background = checked_background(dataset.background)  # saved with it
@@ -254,7 +261,7 @@ class Trainer(TrainingControl):
         rates = learning_rates(cfg, step, self.extent)
         set_learning_rates(self.optimizer, rates)
         idx = self._order.next()
-        target = self.train_images.images[idx]
+        target = self.train_images.image(idx, self._order.peek(PREFETCH))
         height, width = target.shape[:2]
         viewmat, K = self.train_images.cameras[idx]
         degree = self.sh_degree_now
@@ -552,7 +559,9 @@ class Trainer(TrainingControl):
                 )
             else:
                 if self._test_images is None:
-                    self._test_images = ViewImages(self.dataset.test, self.device)
+                    self._test_images = ViewImages(
+                        self.dataset.test, self.device, images_on=self.train_images.images_on
+                    )
                 images = self._test_images
             count = len(images) if max_views is None else min(max_views, len(images))
             result = evaluate_views(
@@ -643,7 +652,10 @@ class Trainer(TrainingControl):
             from gsnb.data.dataset import load_dataset
 
             dataset = load_dataset(
-                config.data, downscale=config.downscale, test_every=config.test_every
+                config.data,
+                downscale=config.downscale,
+                test_every=config.test_every,
+                cache_dir=config.cache_dir,
             )
         trainer = cls(
             dataset, config, strategy=state.strategy, renderer=renderer, model=state.model

@@ -173,8 +173,8 @@ def test_unknown_and_unsupported_camera_models(tmp_path: Path) -> None:
     _write_images_bin(tmp_path / "images.bin", [])
     with pytest.raises(ValueError, match=r"unknown camera model id 99"):
         read_colmap_model(tmp_path)
-    _write_cameras_bin(tmp_path / "cameras.bin", [(1, 5, 10, 10, [1.0] * 8)])
-    with pytest.raises(ValueError, match=r"OPENCV_FISHEYE is not supported.*PINHOLE"):
+    _write_cameras_bin(tmp_path / "cameras.bin", [(1, 10, 10, 10, [1.0] * 12)])
+    with pytest.raises(ValueError, match=r"THIN_PRISM_FISHEYE is not supported.*PINHOLE"):
         read_colmap_model(tmp_path)
     (tmp_path / "cameras.bin").unlink()
     (tmp_path / "cameras.txt").write_text("1 FOV 10 10 1 1 5 5 0.1\n")

@@ -77,28 +77,52 @@ def test_downscale_changes_sizes_and_intrinsics(synthetic: Path, tmp_path: Path)
     assert float(half.views[0].load_image().mean()) == pytest.approx(float(mean_full), abs=0.01)
 
 
-def test_default_cache_dir_is_inside_a_writable_dataset(tmp_path: Path) -> None:
-    from gsnb.data.synthetic import make_synthetic_scene
-
-    root = make_synthetic_scene(tmp_path / "scene", num_views=2, size=16)
-    load_dataset(root, downscale=2).views[0].load_image()
-    assert len(list((root / ".gsnb-cache").glob("*.png"))) == 1
-
-
-def test_read_only_dataset_caches_in_the_user_cache(
+def test_default_cache_is_in_the_user_cache_not_the_dataset(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gsnb.data.synthetic import make_synthetic_scene
 
     root = make_synthetic_scene(tmp_path / "scene", num_views=2, size=16)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
-    root.chmod(0o555)
+    before = sorted(root.rglob("*"))
+    load_dataset(root, downscale=2).views[0].load_image()
+    assert sorted(root.rglob("*")) == before
+    assert len(list((tmp_path / "user-cache" / "gsnb" / "images").glob("scene-*/*.png"))) == 1
+
+
+def test_read_only_dataset_trains_and_caches_in_the_user_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gsnb.data.synthetic import make_synthetic_scene
+
+    root = make_synthetic_scene(tmp_path / "scene", num_views=2, size=16)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
     try:
-        load_dataset(root, downscale=2).views[0].load_image()
+        data = load_dataset(root, downscale=2)
+        first = data.views[0].load_bytes()
+        again = load_dataset(root, downscale=2).views[0].load_bytes()  # a cache hit
     finally:
-        root.chmod(0o755)
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert torch.equal(first, again)
     assert not (root / ".gsnb-cache").exists()
-    assert len(list((tmp_path / "user-cache" / "gsnb").glob("scene-*/*.png"))) == 1
+    assert len(list((tmp_path / "user-cache" / "gsnb" / "images").glob("scene-*/*.png"))) == 1
+
+
+def test_cache_dir_is_chosen_and_an_unwritable_one_only_warns(tmp_path: Path) -> None:
+    from gsnb.data.synthetic import make_synthetic_scene
+
+    root = make_synthetic_scene(tmp_path / "scene", num_views=2, size=16)
+    load_dataset(root, downscale=2, cache_dir=tmp_path / "mine").views[0].load_image()
+    assert len(list((tmp_path / "mine").glob("*.png"))) == 1
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    locked = blocker / "cache"  # unwritable even for root: its parent is a file
+    with pytest.warns(ResourceWarning, match="cannot write the image cache"):
+        image = load_dataset(root, downscale=2, cache_dir=locked).views[1].load_image()
+    assert tuple(image.shape) == (8, 8, 3)
 
 
 @pytest.mark.parametrize("downscale", [0, -1, 1.5, True])

@@ -216,7 +216,7 @@ def test_zero_frames_and_bad_json_are_errors(tmp_path: Path) -> None:
 
 
 def test_unsupported_camera_model(tmp_path: Path) -> None:
-    meta = {"fl_x": 50.0, "camera_model": "OPENCV_FISHEYE", "frames": [_frame("a.png")]}
+    meta = {"fl_x": 50.0, "camera_model": "EQUIRECTANGULAR", "frames": [_frame("a.png")]}
     path = _write(tmp_path, meta, {"a.png": (8, 8, "RGB")})
-    with pytest.raises(ValueError, match=r"OPENCV_FISHEYE' is not supported"):
+    with pytest.raises(ValueError, match=r"EQUIRECTANGULAR' is not supported"):
         load_dataset(path)

@@ -51,7 +51,9 @@ def test_images_and_cameras_of_views(tmp_path: Path) -> None:
     ]
     loaded = ViewImages(views, torch.device("cpu"))
     assert len(loaded) == 2 and loaded.max_size == (10, 6)
-    assert loaded.nbytes == (10 * 6 + 8 * 4) * 3 * 4
+    # Stored as bytes; the float32 copy of one step's image counts too.
+    assert loaded.nbytes == (10 * 6 + 8 * 4) * 3 + 10 * 6 * 3 * 4
+    assert all(image.dtype == torch.uint8 for image in loaded.stored)
     assert loaded.images[1].shape == (4, 8, 3) and loaded.images[1][0, 0].tolist() == [0, 0, 1]
     viewmat, K1 = loaded.cameras[0]
     assert viewmat.shape == (1, 4, 4) and torch.equal(K1[0], K)
@@ -67,3 +69,30 @@ def test_random_backgrounds_come_from_the_generator() -> None:
     assert torch.equal(first, step_background(black, True, g2))
     assert not torch.equal(first, step_background(black, True, g1))
     assert ((first >= 0) & (first < 1)).all()
+
+
+def test_view_order_peeks_without_moving_on() -> None:
+    order = ViewOrder(3, seed=5)
+    order.next()
+    ahead = order.peek(7)  # past two epoch boundaries
+    state = order.state()
+    assert ahead == [order.next() for _ in range(7)]
+    order.load_state(state)
+    assert order.peek(7) == ahead
+
+
+def test_host_images_are_copied_ahead(tmp_path: Path) -> None:
+    from gsnb.data.dataset import load_dataset
+    from gsnb.data.synthetic import make_synthetic_scene
+
+    data = load_dataset(make_synthetic_scene(tmp_path, num_views=5, size=12), test_every=0)
+    on_device = ViewImages(data.views, torch.device("cpu"), images_on="gpu", workers=1)
+    on_host = ViewImages(data.views, torch.device("cpu"), images_on="cpu", workers=3)
+    assert on_host.host_nbytes == 5 * 12 * 12 * 3 and on_device.host_nbytes == 0
+    for idx, upcoming in [(0, [3, 1]), (3, [1, 4]), (1, [4, 1]), (4, [])]:
+        image = on_host.image(idx, upcoming)
+        assert torch.equal(image, on_device.image(idx))
+        assert torch.equal(image, data.views[idx].load_image())
+        assert sorted(on_host._ahead) == sorted(set(upcoming))
+    with pytest.raises(ValueError, match="images_on must be 'gpu' or 'cpu'"):
+        ViewImages(data.views, torch.device("cpu"), images_on="auto")

@@ -22,7 +22,7 @@ def test_a_killed_holder_is_reported_as_stale(tmp_path) -> None:
         f"""
         from gsnb.utils.lock import OwnedLock
         import time
-        lock = OwnedLock({str(tmp_path / 'a.lock')!r}, {str(tmp_path / 'a.json')!r})
+        lock = OwnedLock({str(tmp_path / "a.lock")!r}, {str(tmp_path / "a.json")!r})
         lock.acquire()
         print("held", flush=True)
         time.sleep(60)

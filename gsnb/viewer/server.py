@@ -11,6 +11,7 @@ import threading
 import time
 import warnings
 from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -180,7 +181,7 @@ class Viewer:
         import viser
 
         port = self.port if self.port and port_is_free(self.host, self.port) else 0
-        with contextlib.redirect_stdout(io.StringIO()):  # viser's banner; show() gives the URL
+        with _quiet_viser():  # viser's banner; show() gives the URL
             self.server = viser.ViserServer(host=self.host, port=port, verbose=False)
         self.port = self.server.get_port()
         if port and self.port != port:  # someone took it between our check and viser's bind
@@ -524,7 +525,7 @@ class Viewer:
         self._wake.set()
         if self._thread is not threading.current_thread():
             self._thread.join(10.0)
-        with contextlib.redirect_stdout(io.StringIO()):  # viser's "Server stopped"
+        with _quiet_viser():  # viser's "Server stopped"
             self.server.stop()
         # viser's stop waits a bounded time for its thread: the port must be free on return
         deadline = time.monotonic() + 5.0
@@ -540,6 +541,22 @@ class Viewer:
     def __repr__(self) -> str:
         state = "stopped" if self._stopped.is_set() else self.url
         return f"Viewer({state}, mode {self._mode}, {len(self._planners)} client(s))"
+
+
+@contextlib.contextmanager
+def _quiet_viser() -> Iterator[None]:
+    """Silence viser's banner and its "Server stopped": in a notebook rich displays them in the
+    cell (bypassing stdout), with a URL that lacks the secret."""
+    import rich
+
+    console = rich.get_console()
+    quiet = console.quiet
+    console.quiet = True
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        console.quiet = quiet
 
 
 def _import_viser() -> None:

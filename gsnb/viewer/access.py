@@ -12,7 +12,10 @@ messages, so it never sees a frame nor reaches a control.
 
 The gate is a connect callback placed first in viser's websocket server (the
 ``_client_connect_cb`` list of ``ViserServer._websock_server``): it runs before
-viser's own callbacks and before the connection's message tasks start.
+viser's own callbacks and before the connection's message tasks start. A
+refused connection reads no message (a client may have sent some before the
+close), and the server's message dispatch drops any from a client that did
+not pass.
 """
 
 from __future__ import annotations
@@ -89,6 +92,15 @@ class Gate:
         # first: before viser's own callbacks build the client's handle and before its
         # message tasks start
         websock._client_connect_cb.insert(0, self._check)
+        # and a message from a refused client (sent before its connection closed) reaches no
+        # handler: the GUI's and the scene's handlers hang on the server's dispatch
+        dispatch = websock._handle_incoming_message
+
+        async def guarded(client_id: int, message: Any) -> None:
+            if client_id in self._passed:
+                await dispatch(client_id, message)
+
+        websock._handle_incoming_message = guarded
         self._loop = websock._background_event_loop
         # a client that connected between the server's start and now is checked as well
         for client_id, connection in list(self._connections.items()):
@@ -116,10 +128,20 @@ class Gate:
             return
         self.refused += 1
         if connection is not None:
+            # messages already received would still be read after the close: read none
+            connection.recv = _closed
             await connection.close(REFUSED, "this viewer needs the URL it printed (with its key)")
 
     def _close_soon(self, connection: Any) -> None:
         import asyncio
 
         self.refused += 1
+        connection.recv = _closed
         asyncio.run_coroutine_threadsafe(connection.close(REFUSED, "no key"), self._loop)
+
+
+async def _closed(*args: object, **kwargs: object) -> Any:
+    """``recv`` of a refused connection: closed, whatever it had sent."""
+    from websockets.exceptions import ConnectionClosedError
+
+    raise ConnectionClosedError(None, None)

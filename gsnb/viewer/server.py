@@ -115,8 +115,8 @@ class Viewer:
         dataset: SceneDataset | None = None,
         mode: str = "auto",
         preview_scale: float = 0.25,
-        rest_seconds: float = 0.2,
-        max_fps: float = 30.0,
+        rest_seconds: float = 0.1,
+        max_fps: float = 60.0,
         max_size: int = 1920,
         refresh_share: float = 0.25,
         jpeg_quality: int = 80,
@@ -200,6 +200,8 @@ class Viewer:
         self.server.on_client_disconnect(self._client_disconnected)
         if mode == "splats":
             self.show_splats()
+        # a training step may make a refresh due: the frame loop wakes instead of polling
+        self._unhook = self.trainer.on_step(lambda _: self._wake.set()) if self.trainer else None
         self._thread = threading.Thread(target=self._loop, name="gsnb-viewer", daemon=True)
         self._thread.start()
 
@@ -374,23 +376,28 @@ class Viewer:
 
     def _loop(self) -> None:
         next_status = 0.0
+        timeout = 0.0
         while not self._stopped.is_set():
-            self._wake.wait(0.02)
+            self._wake.wait(timeout)
             self._wake.clear()
             now = time.monotonic()
             if now >= next_status:
                 next_status = now + STATUS_SECONDS
                 self._guarded(self._update_status)
+            timeout = max(0.0, next_status - now)
             if self._mode != "render":
                 continue
+            version = self._version()
             with self._clients_lock:
-                due = [
-                    (cid, p, p.next_frame(now, self._version()))
-                    for cid, p in self._planners.items()
-                ]
+                due = [(cid, p, p.next_frame(now, version)) for cid, p in self._planners.items()]
             for client_id, planner, request in due:
                 if request is not None and not self._stopped.is_set():
                     self._guarded(lambda: self._send_frame(client_id, planner, request))  # noqa: B023
+            # sleep until the next frame is due (a camera or a training step wakes it sooner)
+            now, version = time.monotonic(), self._version()
+            with self._clients_lock:
+                for planner in self._planners.values():
+                    timeout = min(timeout, planner.seconds_to_next(now, version))
 
     def _guarded(self, action: Any) -> None:
         try:
@@ -523,6 +530,8 @@ class Viewer:
             return
         self._stopped.set()
         self._wake.set()
+        if self._unhook is not None:
+            self._unhook()
         if self._thread is not threading.current_thread():
             self._thread.join(10.0)
         with _quiet_viser():  # viser's "Server stopped"

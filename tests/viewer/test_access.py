@@ -49,7 +49,7 @@ def test_a_client_without_the_secret_gets_nothing_and_cannot_turn_a_knob(trainer
         assert received == [], url  # not one message: no scene, no GUI, no frame
     time.sleep(0.3)
     assert trainer.pending_knobs == {}
-    assert viewer.frames_sent >= 1 and viewer._gate.refused == len(strangers)
+    assert viewer._gate.refused == len(strangers)
     # with the secret the same change goes through
     with ViewerClient(viewer.url) as owner:
         owner.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)

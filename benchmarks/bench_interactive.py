@@ -230,7 +230,6 @@ def main() -> None:
         parser.error(f"--conditions: headless plus any of {', '.join(CONDITIONS)}")
 
     from gsnb.data.dataset import scaled_view
-    from gsnb.notebook.panel import TrainingPanel
     from gsnb.train import TrainConfig, Trainer
     from gsnb.viewer import Viewer
     from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
@@ -282,6 +281,9 @@ def main() -> None:
                 row = results[condition]
                 panel = viewer = client = None
                 if condition == "panel":
+                    # ipywidgets and plotly only when the panel is measured
+                    from gsnb.notebook.panel import TrainingPanel
+
                     panel = TrainingPanel(trainer)
                 elif condition.startswith("viewer"):
                     options: dict[str, Any] = {}

@@ -107,13 +107,30 @@ class FrameEncoder:
         self.backend = "pil"
         self.last: dict[str, float] = {}
         self._nvjpeg: Callable[..., torch.Tensor] | None = None
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
         if gpu is not False:
             self._nvjpeg = _gpu_jpeg()
             if self._nvjpeg is None:
                 self.gpu_error = "torchvision is not installed (pip install torchvision)"
 
     def encode(self, image: torch.Tensor) -> bytes:
-        """JPEG bytes of an ``[H, W, 3]`` float image in [0, 1] (any device)."""
+        """JPEG bytes of an ``[H, W, 3]`` float image in [0, 1] (any device).
+
+        A CUDA image is converted and encoded on a side stream of its own, after
+        the work that produced it: the stream that trains is not held up by it,
+        and waiting for the JPEG does not wait for training's queued steps.
+        """
+        if not image.is_cuda:
+            return self._encode(image)
+        stream = self._streams.get(image.device)
+        if stream is None:
+            stream = self._streams[image.device] = torch.cuda.Stream(image.device)
+        stream.wait_stream(torch.cuda.current_stream(image.device))
+        image.record_stream(stream)  # its memory stays the image's until the side stream is done
+        with torch.cuda.stream(stream):
+            return self._encode(image)
+
+    def _encode(self, image: torch.Tensor) -> bytes:
         start = time.perf_counter()
         pixels = to_uint8_tensor(image)
         on_gpu = pixels.is_cuda and self._nvjpeg is not None and self.gpu is not False

@@ -49,3 +49,27 @@ def test_nvjpeg_is_faster_than_the_cpu_encoder_at_1080p(frame):
     gpu, cpu = median_seconds(FrameEncoder(80)), median_seconds(FrameEncoder(80, gpu=False))
     print(f"1920x1080 frame: nvJPEG {1000 * gpu:.2f} ms, CPU {1000 * cpu:.2f} ms")
     assert gpu < cpu
+
+
+def test_the_viewer_streams_nvjpeg_frames_of_a_cuda_model(frame, cuda_ext):
+    pytest.importorskip("viser", reason="the viewer needs viser (gsnb[viewer])")
+    from gsnb.model import GaussianModel
+    from gsnb.viewer import Viewer
+    from gsnb.viewer.cameras import view_from_pose
+    from gsnb.viewer.client import ViewerClient, look_from
+
+    g = torch.Generator().manual_seed(0)
+    model = GaussianModel.from_points(
+        torch.randn(2000, 3, generator=g) * 0.5, torch.rand(2000, 3, generator=g), sh_degree=0
+    ).to("cuda")
+    eye = (0.5, -4.0, 2.0)
+    wxyz = look_from(eye, (0.0, 0.0, 0.0))
+    with Viewer(model, mode="render") as viewer, ViewerClient(viewer.url) as client:
+        client.send_camera(wxyz, eye, 0.9, 640, 360)
+        image = client.next_frame(min_width=640)
+        assert viewer.encoder.backend == "nvjpeg", viewer.encoder.gpu_error
+        timings = viewer.frame_timings()
+        expected = viewer.render(view_from_pose(wxyz, eye, 0.9, 640, 360)).rgb[0]
+    truth = to_uint8_tensor(expected).cpu().numpy().astype(np.float64)
+    assert image.shape == (360, 640, 3) and np.abs(image - truth).mean() < 3.0
+    assert {"render", "convert", "encode", "copy", "send"} <= set(timings)

@@ -103,3 +103,41 @@ def test_a_taken_port_after_stop_moves_the_restart_to_a_free_one(viewers):
         assert viewer.port != port
     viewer.stop()
     assert Viewer  # the module's public name stays importable
+
+
+def test_a_killed_kernel_leaves_no_server_and_its_page_cannot_join_the_next(viewers, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from gsnb.viewer.server import port_is_free
+
+    script = (
+        "import torch, sys\n"
+        "from gsnb.model import GaussianModel\n"
+        "from gsnb.viewer import Viewer\n"
+        "m = GaussianModel.from_points(torch.rand(9, 3), torch.rand(9, 3), sh_degree=0)\n"
+        "v = Viewer(m, port=0, mode='render')\n"
+        "print(v.url, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    try:
+        old = kernel.stdout.readline().decode().strip()
+        port = int(urllib.parse.urlsplit(old).port)
+        assert not port_is_free("127.0.0.1", port)
+    finally:
+        kernel.kill()  # what a kernel restart does to the process
+        kernel.wait(30)
+    wait_until(lambda: port_is_free("127.0.0.1", port), timeout=5)
+    model = GaussianModel.from_points(torch.rand(9, 3), torch.rand(9, 3), sh_degree=0)
+    viewer = viewers(model, port=port, mode="render")  # the new kernel takes the same port
+    # the old page's websocket does not get in
+    with pytest.raises(ConnectionClosed), ViewerClient(old) as stale:
+        list(stale.messages(2.0))
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+        assert client.next_frame().ndim == 3

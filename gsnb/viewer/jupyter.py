@@ -20,6 +20,7 @@ import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gsnb.viewer.access import socket_path
@@ -59,28 +60,63 @@ def _running_servers() -> list[dict[str, Any]]:
         return []
 
 
-def find_server(
-    servers: list[dict[str, Any]] | None = None, parent_pid: int | None = None
-) -> JupyterServer | None:
-    """The Jupyter server that runs this kernel, or None (a terminal, a plain IPython).
+def _ancestors(pid: int, depth: int = 4) -> list[int]:
+    """``pid``'s parent, grandparent, ... (Linux ``/proc``; only the parent elsewhere)."""
+    chain = [os.getppid()] if pid == os.getpid() else []
+    current = pid
+    for _ in range(depth):
+        try:
+            stat = Path(f"/proc/{current}/stat").read_text()
+        except OSError:
+            break
+        current = int(stat.rpartition(")")[2].split()[1])  # the field after the name: ppid
+        if current <= 1:
+            break
+        if current not in chain:
+            chain.append(current)
+    return chain
 
-    A server started the kernel, so its pid is the kernel's parent; a hub's
-    single-user server also sets ``JUPYTERHUB_SERVICE_PREFIX`` in the kernel's
-    environment. With one server running, that one.
+
+def _kernel_in_runtime_dir() -> bool:
+    """Whether this kernel's connection file lies in Jupyter's runtime folder, where a server
+    puts the kernels it starts (an editor's kernels live elsewhere)."""
+    try:
+        from ipykernel.connect import get_connection_file
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        folder = os.path.dirname(os.path.abspath(get_connection_file()))
+        return os.path.samefile(folder, jupyter_runtime_dir())
+    except Exception:  # not a kernel, or no such folder: no evidence either way
+        return False
+
+
+def find_server(
+    servers: list[dict[str, Any]] | None = None,
+    ancestors: list[int] | None = None,
+    in_runtime_dir: bool | None = None,
+) -> JupyterServer | None:
+    """The Jupyter server that runs this kernel, or None (a terminal, an editor's kernel).
+
+    A server starts its kernels, so its pid is the kernel's parent (or a
+    grandparent, through a wrapper such as ``conda run``); a hub's single-user
+    server also sets ``JUPYTERHUB_SERVICE_PREFIX`` in the kernel's environment.
+    A lone running server counts only when this kernel's connection file lies
+    in the runtime folder that server uses.
 
     Example:
         >>> info = {"url": "http://127.0.0.1:8888/", "base_url": "/", "pid": 41, "token": ""}
-        >>> find_server([info], parent_pid=41).base_url
+        >>> find_server([info], ancestors=[41]).base_url
         '/'
     """
     servers = _running_servers() if servers is None else servers
-    parent_pid = os.getppid() if parent_pid is None else parent_pid
+    ancestors = _ancestors(os.getpid()) if ancestors is None else ancestors
     hub_prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX")
-    chosen = next((s for s in servers if s.get("pid") == parent_pid), None)
+    chosen = next((s for pid in ancestors for s in servers if s.get("pid") == pid), None)
     if chosen is None and hub_prefix:
         chosen = next((s for s in servers if s.get("base_url") == hub_prefix), None)
     if chosen is None and len(servers) == 1:
-        chosen = servers[0]
+        lone = _kernel_in_runtime_dir() if in_runtime_dir is None else in_runtime_dir
+        chosen = servers[0] if lone else None
     if chosen is None:
         if hub_prefix:  # a hub's server whose runtime file this kernel cannot see
             return JupyterServer("", hub_prefix, os.environ.get("JUPYTERHUB_API_TOKEN", ""))

@@ -16,17 +16,28 @@ HUB = {"url": "http://127.0.0.1:9999/user/ada/", "base_url": "/user/ada/", "pid"
 
 def test_the_kernels_parent_server_is_chosen_and_a_hub_prefix_is_kept(monkeypatch):
     monkeypatch.delenv("JUPYTERHUB_SERVICE_PREFIX", raising=False)
-    assert find_server([LAB, HUB], parent_pid=20).base_url == "/user/ada/"
-    assert find_server([LAB, HUB], parent_pid=10).token == "t1"
-    assert find_server([LAB, HUB], parent_pid=99) is None  # two servers, neither ours
-    assert find_server([LAB], parent_pid=99).url == LAB["url"]  # the only one
-    assert find_server([], parent_pid=99) is None  # a terminal
+    assert find_server([LAB, HUB], ancestors=[20]).base_url == "/user/ada/"
+    assert find_server([LAB, HUB], ancestors=[5, 10]).token == "t1"  # through a wrapper
+    assert find_server([LAB, HUB], ancestors=[99]) is None  # two servers, neither ours
+    # a lone server: ours when it keeps this kernel's connection file, else an editor's kernel
+    assert find_server([LAB], ancestors=[99], in_runtime_dir=True).url == LAB["url"]
+    assert find_server([LAB], ancestors=[99], in_runtime_dir=False) is None
+    assert find_server([], ancestors=[99]) is None  # a terminal
     monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/ada/")
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-token")
-    assert find_server([LAB, HUB], parent_pid=99).url == HUB["url"]
-    unseen = find_server([], parent_pid=99)  # the hub's runtime file out of sight
+    assert find_server([LAB, HUB], ancestors=[99]).url == HUB["url"]
+    unseen = find_server([], ancestors=[99])  # the hub's runtime file out of sight
     assert unseen == JupyterServer("", "/user/ada/", "hub-token")
     assert unseen.proxy_path(8080) == "/user/ada/proxy/8080/"
+
+
+def test_the_process_chain_reaches_this_process_parent():
+    import os
+
+    from gsnb.viewer.jupyter import _ancestors
+
+    chain = _ancestors(os.getpid())
+    assert chain[0] == os.getppid() and os.getpid() not in chain
 
 
 @pytest.fixture

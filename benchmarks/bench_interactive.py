@@ -10,12 +10,21 @@ Conditions:
 - ``headless``: nothing attached.
 - ``panel``: a ``TrainingPanel`` (widgets built without a front end; its thread redraws the
   curves and the live render as in a notebook).
-- ``viewer_moving``: a client whose camera (a 1920x1080 canvas, ``--viewer-size``) moves 30
-  times a second (it gets previews at a quarter of the size).
+- ``viewer_moving``: a client whose camera (a 1920x1080 canvas, ``--viewer-size``) moves
+  ``--move-hz`` times a second, as a browser reports a drag (it gets previews at a quarter of
+  the size, and refreshes between moves while training changes the model).
 - ``viewer_resting``: a client whose camera rests (full-size frames refreshed while training,
-  with the default limits: at most 30 fps and 25 % of the wall time).
-- ``viewer_max``: the same with the limits lifted (``max_fps=240``, ``refresh_share=0.95``):
-  the viewer's frame rate at full size while training.
+  with the default limits).
+- ``viewer_resting_cpu_jpeg``: the same with frames encoded on the CPU (``gpu_jpeg=False``):
+  what encoding on the GPU wins.
+- ``viewer_settle``: a client that jumps to another pose every ``--settle-period`` seconds and
+  times the wait from the jump to the first full-size frame of the new pose.
+- ``viewer_max``: the same as resting with the limits lifted (``max_fps=240``,
+  ``refresh_share=0.95``): the viewer's frame rate at full size while training.
+
+Before training starts, one frame at the viewer size is timed stage by stage (render, float to
+8 bits, encode, copy to the host) with each encoder: where a frame's time goes. Each viewer
+condition also reports the viewer's own per-stage means (``Viewer.frame_timings``).
 
 Run on the GPU machine (the extension is built first; a cache hit when built already)::
 
@@ -45,12 +54,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gsnb, without in
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import FOX, environment, write_json
 
-CONDITIONS = ("headless", "panel", "viewer_moving", "viewer_resting", "viewer_max")
-PACKAGES = ("viser", "websockets", "ipywidgets", "plotly", "anywidget", "msgspec", "zstandard")
+CONDITIONS = (
+    "headless",
+    "panel",
+    "viewer_moving",
+    "viewer_resting",
+    "viewer_resting_cpu_jpeg",
+    "viewer_settle",
+    "viewer_max",
+)
+PACKAGES = (
+    "viser",
+    "websockets",
+    "ipywidgets",
+    "plotly",
+    "anywidget",
+    "msgspec",
+    "zstandard",
+    "torchvision",
+)
 
 
-def client_process(url: str, poses: list, fov: float, size: tuple[int, int], move_hz: float, conn):
-    """A viewer client in its own process: report a camera (moving or not), time every frame."""
+def client_process(url: str, poses: list, fov: float, size: tuple[int, int], motion: dict, conn):
+    """A viewer client in its own process: report a camera, time every frame.
+
+    ``motion``: ``{"move_hz": H}`` (a new pose H times a second; 0: resting) or
+    ``{"settle_period": S}`` (a jump every S seconds, timing the wait for the full frame).
+    """
     import io
 
     from PIL import Image
@@ -58,43 +88,57 @@ def client_process(url: str, poses: list, fov: float, size: tuple[int, int], mov
     from gsnb.viewer.client import ViewerClient
 
     frames: list[tuple[float, int, int]] = []
+    settles: list[float] = []
+    move_hz = motion.get("move_hz", 0.0)
+    period = motion.get("settle_period", 0.0)
     with ViewerClient(url) as client:
         client.send_camera(*poses[0], fov, *size)
         ready, index, next_move = False, 0, time.monotonic()
+        jumped: float | None = None  # when the latest jump was sent, until its full frame
+        seen_preview = False
         while not conn.poll():
             now = time.monotonic()
-            if move_hz > 0 and now >= next_move:
+            if (move_hz > 0 or (period > 0 and ready)) and now >= next_move:
                 index = (index + 1) % len(poses)
                 client.send_camera(*poses[index], fov, *size)
-                next_move = now + 1.0 / move_hz
-            for message in client.messages(0.01):
+                next_move = now + (1.0 / move_hz if move_hz > 0 else period)
+                jumped, seen_preview = now, False
+            for message in client.messages(0.002):
                 if message["type"] == "BackgroundImageMessage" and message.get("rgb_data"):
                     width, height = Image.open(io.BytesIO(message["rgb_data"])).size
-                    frames.append((time.monotonic(), width, height))
+                    arrived = time.monotonic()
+                    frames.append((arrived, width, height))
+                    if jumped is not None and period > 0:
+                        if width < size[0]:
+                            seen_preview = True
+                        elif seen_preview:  # the full frame of the new pose, after its preview
+                            settles.append(arrived - jumped)
+                            jumped = None
                     if not ready:
                         ready = True
                         conn.send("ready")
-    conn.send(frames)
+    conn.send((frames, settles))
 
 
 class Client:
     """Starts :func:`client_process` and collects its frames."""
 
-    def __init__(self, url: str, poses: list, fov: float, size: tuple[int, int], move_hz: float):
+    def __init__(self, url: str, poses: list, fov: float, size: tuple[int, int], motion: dict):
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(
-            target=client_process, args=(url, poses, fov, size, move_hz, child), daemon=True
+            target=client_process, args=(url, poses, fov, size, motion, child), daemon=True
         )
         self.process.start()
         if not self.conn.poll(120) or self.conn.recv() != "ready":
             raise RuntimeError("the viewer client got no frame within 120 s")
 
-    def finish(self) -> list[tuple[float, int, int]]:
+    def finish(self) -> tuple[list[tuple[float, int, int]], list[float]]:
+        """The frames (arrival time, width, height) and the settle times (seconds)."""
         self.conn.send("stop")
-        frames = self.conn.recv()
+        frames, settles = self.conn.recv()
         self.process.join(10)
-        return frames
+        return frames, settles
 
 
 def make_dataset(args: argparse.Namespace):
@@ -125,6 +169,35 @@ def render_time_ms(trainer, view, repeat: int = 10) -> float:
     return statistics.median(times)
 
 
+def frame_breakdown(trainer, view, gpu: bool, repeat: int = 10) -> dict[str, Any]:
+    """Median milliseconds of each stage of one frame at ``view``: the render (through the
+    trainer's lock), then the encoder's stages (float to 8 bits, encode, copy to the host)."""
+    from gsnb.live.imaging import FrameEncoder
+
+    encoder = FrameEncoder(80, gpu=gpu)
+    rows: list[dict[str, float]] = []
+    size = 0
+    for i in range(repeat + 3):
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        rgb = trainer.render_view(view).rgb[0]
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize()
+        render = time.perf_counter() - start
+        size = len(encoder.encode(rgb))
+        if i >= 3:
+            rows.append({"render": render, **encoder.last})
+    stages = {k: 1000 * statistics.median(r[k] for r in rows) for k in rows[0]}
+    return {
+        "backend": encoder.backend,
+        "gpu_error": encoder.gpu_error,
+        "ms": stages,
+        "total_ms": sum(stages.values()),
+        "jpeg_bytes": size,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="?", type=Path, default=FOX, help="dataset (default fox)")
@@ -145,13 +218,18 @@ def main() -> None:
         "--fixed-size", action="store_true", help="no densification: every window alike"
     )
     parser.add_argument("--no-build", action="store_true", help="do not build the extension")
+    parser.add_argument(
+        "--move-hz", type=float, default=60.0, help="camera reports a second while moving"
+    )
+    parser.add_argument(
+        "--settle-period", type=float, default=1.0, help="seconds between jumps (viewer_settle)"
+    )
     args = parser.parse_args()
     conditions = args.conditions.split(",")
     if "headless" not in conditions or not set(conditions) <= set(CONDITIONS):
         parser.error(f"--conditions: headless plus any of {', '.join(CONDITIONS)}")
 
     from gsnb.data.dataset import scaled_view
-    from gsnb.notebook.panel import TrainingPanel
     from gsnb.train import TrainConfig, Trainer
     from gsnb.viewer import Viewer
     from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
@@ -185,6 +263,15 @@ def main() -> None:
     canvas = tuple(int(v) for v in args.viewer_size.lower().split("x"))
     render_ms = render_time_ms(trainer, view_from_pose(*poses[0], fov, *canvas))
     print(f"one {args.viewer_size} render through render_view: {render_ms:.2f} ms (median)")
+    breakdown = {
+        name: frame_breakdown(trainer, view_from_pose(*poses[0], fov, *canvas), gpu)
+        for name, gpu in (("gpu_jpeg", True), ("cpu_jpeg", False))
+    }
+    for name, row in breakdown.items():
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in row["ms"].items())
+        print(f"one {args.viewer_size} frame, {row['backend']}: {stages} ms; {row['jpeg_bytes']} B")
+        if row["gpu_error"] and name == "gpu_jpeg":
+            print(f"  (GPU encoding unavailable: {row['gpu_error']})")
 
     results: dict[str, dict[str, Any]] = {c: {"steps_per_s": []} for c in conditions}
     trainer.start()
@@ -194,14 +281,22 @@ def main() -> None:
                 row = results[condition]
                 panel = viewer = client = None
                 if condition == "panel":
+                    # ipywidgets and plotly only when the panel is measured
+                    from gsnb.notebook.panel import TrainingPanel
+
                     panel = TrainingPanel(trainer)
                 elif condition.startswith("viewer"):
-                    limits = {"max_fps": 240, "refresh_share": 0.95}
-                    viewer = Viewer(
-                        trainer, port=0, **(limits if condition == "viewer_max" else {})
-                    )
-                    move_hz = 30.0 if condition == "viewer_moving" else 0.0
-                    client = Client(viewer.url, poses, fov, canvas, move_hz)
+                    options: dict[str, Any] = {}
+                    if condition == "viewer_max":
+                        options = {"max_fps": 240, "refresh_share": 0.95}
+                    if condition == "viewer_resting_cpu_jpeg":
+                        options = {"gpu_jpeg": False}
+                    viewer = Viewer(trainer, port=0, **options)
+                    motion = {
+                        "viewer_moving": {"move_hz": args.move_hz},
+                        "viewer_settle": {"settle_period": args.settle_period},
+                    }.get(condition, {})
+                    client = Client(viewer.url, poses, fov, canvas, motion)
                 time.sleep(0.5)  # settle
                 start, steps0, cpu0 = time.monotonic(), trainer.step_count, time.process_time()
                 busy0 = panel.redraw_seconds if panel is not None else 0.0
@@ -212,12 +307,25 @@ def main() -> None:
                 row.setdefault("cpu_s_per_step", []).append((cpu1 - cpu0) / max(1, steps1 - steps0))
                 note = ""
                 if client is not None and viewer is not None:
-                    frames = [f for f in client.finish() if start <= f[0] <= end]
+                    all_frames, settles = client.finish()
+                    frames = [f for f in all_frames if start <= f[0] <= end]
+                    timings = viewer.frame_timings()
+                    row["encoder"] = viewer.encoder.backend
                     viewer.stop()
                     row.setdefault("frames_per_s", []).append(len(frames) / (end - start))
+                    full = [f for f in frames if f[1] == canvas[0]]
+                    row.setdefault("full_frames_per_s", []).append(len(full) / (end - start))
                     sizes = sorted({(w, h) for _, w, h in frames})
                     row.setdefault("frame_sizes", set()).update(sizes)
+                    row.setdefault("stage_ms", []).append(
+                        {k: 1000 * v for k, v in timings.items() if k not in ("pixels", "bytes")}
+                        | {"pixels": timings.get("pixels"), "bytes": timings.get("bytes")}
+                    )
                     note = f", {len(frames) / (end - start):.1f} frames/s {sizes}"
+                    if settles:
+                        row.setdefault("settle_s", []).extend(settles)
+                        settle = 1000 * statistics.median(settles)
+                        note += f", full frame {settle:.0f} ms after a jump"
                 if panel is not None:
                     busy = panel.redraw_seconds - busy0
                     # what the panel showed: the memory gauge's text, and any error it reported
@@ -255,7 +363,12 @@ def main() -> None:
         )
         if "frames_per_s" in row:
             entry["frames_per_s_median"] = statistics.median(row["frames_per_s"])
+            entry["full_size_frames_per_s_median"] = statistics.median(row["full_frames_per_s"])
             entry["frame_sizes"] = [list(s) for s in sorted(row.pop("frame_sizes"))]
+            entry["encoder"] = row.pop("encoder")
+        if row.get("settle_s"):
+            entry["settle_s_median"] = statistics.median(row["settle_s"])
+            entry["settle_s_max"] = max(row["settle_s"])
         if "panel_busy_share" in row:
             entry["panel_busy_share_median"] = statistics.median(row["panel_busy_share"])
         summary[condition] = entry | {"rounds": row}
@@ -269,6 +382,7 @@ def main() -> None:
         "gaussians_at_end": trainer.num_gaussians,
         "viewer_size": list(canvas),
         "render_ms_at_viewer_size": render_ms,
+        "frame_breakdown_at_viewer_size": breakdown,
         "conditions": summary,
     }
     path = args.out / "bench_interactive.json"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -165,6 +166,8 @@ class TrainMagics(Magics):
         namespace[args.name] = trainer
         namespace[f"{args.name}_panel"] = panel
         display(panel)
+        # the previous run's viewer under this name would hold its server and port, unreachable
+        _stop_viewer(namespace.pop(f"{args.name}_viewer", None))
         if args.viewer:
             from gsnb.viewer import Viewer
 
@@ -173,6 +176,13 @@ class TrainMagics(Magics):
             viewer.show()
         if not args.no_start:
             panel.start_button.click()
+
+
+def _stop_viewer(viewer: object) -> None:
+    """Stop ``viewer`` if it is a :class:`~gsnb.viewer.Viewer` (without importing viser)."""
+    server = sys.modules.get("gsnb.viewer.server")
+    if server is not None and isinstance(viewer, server.Viewer):
+        viewer.stop()
 
 
 TrainMagics.gs_train.__doc__ = f"{TrainMagics.gs_train.__doc__}\n\n{TRAIN_PARSER.format_help()}"

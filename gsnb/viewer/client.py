@@ -66,8 +66,29 @@ def _with_arrays(value: Any, buffers: list[bytes]) -> Any:
     return value
 
 
+def socket_url(url: str) -> str:
+    """The websocket a browser opening ``url`` connects to: viser's ``?websocket=`` parameter
+    when the page names one, else the page's own address.
+
+    Example:
+        >>> socket_url("http://127.0.0.1:8080/?websocket=ws://127.0.0.1:8080/gsnb-abc")
+        'ws://127.0.0.1:8080/gsnb-abc'
+        >>> socket_url("https://hub.example/proxy/8080/")
+        'wss://hub.example/proxy/8080/'
+    """
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    named = urllib.parse.parse_qs(parts.query).get("websocket")
+    if named:
+        return named[0]
+    page = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+    return page.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+
+
 class ViewerClient:
-    """Connects to a viewer at ``url`` (``http://host:port``) like a browser tab.
+    """Connects to a viewer at ``url`` (the viewer's :attr:`~gsnb.viewer.Viewer.url`, which
+    names the websocket and carries its secret) like a browser tab.
 
     Example:
         >>> # with ViewerClient(viewer.url) as client:
@@ -79,9 +100,8 @@ class ViewerClient:
         import viser
         from websockets.sync.client import connect
 
-        ws_url = url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
         self.connection = connect(
-            ws_url,
+            socket_url(url),
             subprotocols=[f"viser-v{viser.__version__}"],  # type: ignore[list-item]
             max_size=None,
             open_timeout=timeout,

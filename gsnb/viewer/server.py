@@ -10,14 +10,17 @@ import socket
 import threading
 import time
 import warnings
+from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from gsnb.live.imaging import to_uint8
+from gsnb.live.imaging import FrameEncoder
 from gsnb.model import GaussianModel
 from gsnb.raster import RenderResult
+from gsnb.viewer.access import Gate, new_secret, page_url
 from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
 from gsnb.viewer.splats import splat_arrays
 from gsnb.viewer.stream import BrowserCamera, FramePlanner, FrameRequest
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
 MODES = ("render", "splats")
 # Seconds between updates of the status text and the knob values in the browser.
 STATUS_SECONDS = 1.0
+# Frames whose stage timings :attr:`Viewer.frame_timings` averages.
+TIMED_FRAMES = 60
 # A frame racing a closing tab is dropped by viser with this warning; nothing is lost.
 warnings.filterwarnings("ignore", message="Queued a BackgroundImageMessage on a closed connection")
 
@@ -69,6 +74,12 @@ class Viewer:
       Gaussian splats, colours without view dependence): for a finished model.
     - The trainer's live knobs appear as controls (the same ones as the
       notebook panel), with pause/resume and stop buttons.
+    - Only a browser given :attr:`url` sees anything: the URL carries a secret
+      of this viewer, and a websocket without it is closed before it gets a
+      frame or reaches a control (see :mod:`gsnb.viewer.access`).
+    - Frames are JPEG-encoded on the GPU (torchvision's nvJPEG) when the render
+      is on a GPU and torchvision is installed, else on the CPU;
+      :meth:`frame_timings` says where a frame's time goes.
 
     Args:
         source: a trainer or a model.
@@ -79,6 +90,7 @@ class Viewer:
         preview_scale, rest_seconds, max_fps, max_size, refresh_share: see
             :class:`~gsnb.viewer.stream.FramePlanner`.
         jpeg_quality: quality of the streamed frames.
+        gpu_jpeg: encode frames on the GPU: ``None`` (where possible), ``True`` or ``False``.
         background: background colour of a model's renders (default: the one it was trained
             over, which its checkpoint records; a trainer uses its dataset's).
 
@@ -89,6 +101,8 @@ class Viewer:
         >>> viewer = Viewer(model, port=0)
         >>> viewer.url.startswith("http://127.0.0.1:")
         True
+        >>> viewer.stop()
+        >>> viewer.start()  # the same viewer again, on the same port when it is free
         >>> viewer.stop()
     """
 
@@ -101,19 +115,15 @@ class Viewer:
         dataset: SceneDataset | None = None,
         mode: str = "auto",
         preview_scale: float = 0.25,
-        rest_seconds: float = 0.2,
-        max_fps: float = 30.0,
+        rest_seconds: float = 0.1,
+        max_fps: float = 60.0,
         max_size: int = 1920,
         refresh_share: float = 0.25,
         jpeg_quality: int = 80,
+        gpu_jpeg: bool | None = None,
         background: tuple[float, float, float] | None = None,
     ) -> None:
-        try:
-            import viser
-        except ImportError as err:
-            raise ImportError(
-                "the viewer needs viser: pip install 'gsnb[viewer]' (or pip install viser)"
-            ) from err
+        _import_viser()
         self.trainer: Trainer | None = None
         self.model: GaussianModel | None = None
         if isinstance(source, GaussianModel):
@@ -142,41 +152,67 @@ class Viewer:
             "refresh_share": refresh_share,
         }
         FramePlanner(**self._planner_args)  # check the arguments before binding a port
-        self.jpeg_quality = int(jpeg_quality)
+        self.encoder = FrameEncoder(jpeg_quality, gpu=gpu_jpeg)
         if background is None:  # what the scene was trained over
             background = self.model.background if self.model is not None else (0.0, 0.0, 0.0)
         self.background = torch.tensor(background, dtype=torch.float32)
         self.dataset = dataset
         self.host = host
-        with contextlib.redirect_stdout(io.StringIO()):  # viser's banner; show() gives the URL
-            self.server = viser.ViserServer(host=host, port=port, verbose=False)
-        self.port = self.server.get_port()
-        if port and self.port != port:  # someone took it between our check and viser's bind
-            self.server.stop()
-            raise _busy(host, port)
+        self.port = port
         self._planners: dict[int, FramePlanner] = {}
         self._clients_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = threading.Event()
+        self._stopped.set()
         self._mode = mode
-        self._splats: Any = None
         self.frames_sent = 0
         self.last_error: BaseException | None = None
+        self._timings: deque[dict[str, float]] = deque(maxlen=TIMED_FRAMES)
+        self.start()
+
+    def start(self) -> None:
+        """Start serving (done on creation; after :meth:`stop`, serves again).
+
+        The port is the one it had when still free, else a free one; each start
+        makes a new secret, so URLs of the previous run no longer connect.
+        """
+        if not self._stopped.is_set():
+            return
+        import viser
+
+        port = self.port if self.port and port_is_free(self.host, self.port) else 0
+        with _quiet_viser():  # viser's banner; show() gives the URL
+            self.server = viser.ViserServer(host=self.host, port=port, verbose=False)
+        self.port = self.server.get_port()
+        if port and self.port != port:  # someone took it between our check and viser's bind
+            self.server.stop()
+            raise _busy(self.host, port)
+        self.secret = new_secret()
+        self._gate = Gate(self.server, self.secret)
+        with self._clients_lock:
+            self._planners.clear()
+        self._splats: Any = None
+        self._stopped.clear()
+        mode = self._mode
         self._build_scene()
         self._build_gui()
         self.server.on_client_connect(self._client_connected)
         self.server.on_client_disconnect(self._client_disconnected)
         if mode == "splats":
             self.show_splats()
+        # a training step may make a refresh due: the frame loop wakes instead of polling
+        self._unhook = self.trainer.on_step(lambda _: self._wake.set()) if self.trainer else None
         self._thread = threading.Thread(target=self._loop, name="gsnb-viewer", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------ scene
     @property
     def url(self) -> str:
-        """The address to open in a browser."""
+        """The address to open in a browser; it carries this viewer's secret."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"http://{host}:{self.port}"
+        if ":" in host:
+            host = f"[{host}]"
+        return page_url(f"http://{host}:{self.port}", f"ws://{host}:{self.port}", self.secret)
 
     @property
     def mode(self) -> str:
@@ -303,6 +339,8 @@ class Viewer:
 
     # ---------------------------------------------------------- clients
     def _client_connected(self, client: Any) -> None:
+        if not self._gate.allowed(client.client_id):
+            return  # closed by the gate: no camera, no frames
         planner = FramePlanner(**self._planner_args)
         with self._clients_lock:
             self._planners[client.client_id] = planner
@@ -310,6 +348,7 @@ class Viewer:
         self._camera_moved(client.client_id, client.camera)
 
     def _client_disconnected(self, client: Any) -> None:
+        self._gate.forget(client.client_id)
         with self._clients_lock:
             self._planners.pop(client.client_id, None)
 
@@ -337,23 +376,28 @@ class Viewer:
 
     def _loop(self) -> None:
         next_status = 0.0
+        timeout = 0.0
         while not self._stopped.is_set():
-            self._wake.wait(0.02)
+            self._wake.wait(timeout)
             self._wake.clear()
             now = time.monotonic()
             if now >= next_status:
                 next_status = now + STATUS_SECONDS
                 self._guarded(self._update_status)
+            timeout = max(0.0, next_status - now)
             if self._mode != "render":
                 continue
+            version = self._version()
             with self._clients_lock:
-                due = [
-                    (cid, p, p.next_frame(now, self._version()))
-                    for cid, p in self._planners.items()
-                ]
+                due = [(cid, p, p.next_frame(now, version)) for cid, p in self._planners.items()]
             for client_id, planner, request in due:
                 if request is not None and not self._stopped.is_set():
                     self._guarded(lambda: self._send_frame(client_id, planner, request))  # noqa: B023
+            # sleep until the next frame is due (a camera or a training step wakes it sooner)
+            now, version = time.monotonic(), self._version()
+            with self._clients_lock:
+                for planner in self._planners.values():
+                    timeout = min(timeout, planner.seconds_to_next(now, version))
 
     def _guarded(self, action: Any) -> None:
         try:
@@ -366,13 +410,49 @@ class Viewer:
         client = self.server.get_clients().get(client_id)
         if client is None:
             return
+        from viser._messages import BackgroundImageMessage
+
         start = time.perf_counter()
         cam = request.camera
         view = view_from_pose(cam.wxyz, cam.position, cam.fov, request.width, request.height)
-        image = to_uint8(self.render(view).rgb[0])
-        client.scene.set_background_image(image, format="jpeg", jpeg_quality=self.jpeg_quality)
-        planner.rendered(request, time.perf_counter() - start, time.monotonic())
+        rgb = self.render(view).rgb[0]
+        rendered = time.perf_counter()
+        data = self.encoder.encode(rgb)
+        encoded = time.perf_counter()
+        # the JPEG as it is: viser's set_background_image would decode nothing but re-encode
+        client.scene._websock_interface.queue_message(
+            BackgroundImageMessage(format="jpeg", rgb_data=data, depth_data=None)
+        )
+        done = time.perf_counter()
+        # the share of time that limits refreshes is the render's: it holds the trainer's lock
+        planner.rendered(request, rendered - start, time.monotonic())
         self.frames_sent += 1
+        self._timings.append(
+            {
+                "render": rendered - start,
+                **self.encoder.last,
+                "send": done - encoded,
+                "total": done - start,
+                "pixels": float(request.width * request.height),
+                "bytes": float(len(data)),
+            }
+        )
+
+    def frame_timings(self) -> dict[str, float]:
+        """Mean seconds per stage over the latest frames (``render``: the trainer's lock held;
+        ``convert``: float to 8 bits; ``encode``; ``copy``: to the host; ``send``: handing the
+        JPEG to the server's queue; ``total``), their mean ``pixels`` and ``bytes``, and
+        ``frames``; empty before the first frame.
+
+        Example:
+            >>> # viewer.frame_timings()["encode"] * 1000   # ms spent encoding a frame
+        """
+        frames = list(self._timings)
+        if not frames:
+            return {}
+        keys = frames[-1].keys()
+        means = {k: sum(f.get(k, 0.0) for f in frames) / len(frames) for k in keys}
+        return {**means, "frames": float(len(frames))}
 
     def render(self, view: View) -> RenderResult:
         """Render the scene at ``view`` without gradients (a trainer's ``render_view``, locked).
@@ -415,23 +495,34 @@ class Viewer:
 
     # ---------------------------------------------------------- notebook
     def show(self, height: int = 600) -> None:
-        """Embed the viewer in the notebook (an IFrame), or print its address in a terminal.
+        """Embed the viewer in the notebook, or print its address in a terminal.
 
-        The IFrame loads ``127.0.0.1``: it works when the browser runs on the
-        machine of the kernel (else forward the port, e.g. ``ssh -L``).
+        Under a Jupyter server with jupyter-server-proxy the viewer is embedded
+        through that server (``{base_url}proxy/PORT/``), so a browser that reaches
+        the notebook reaches the viewer, wherever the kernel runs. Without the
+        proxy the IFrame loads this machine's ``127.0.0.1``, and one line says what
+        to do when the browser runs elsewhere. A stopped viewer starts again.
         """
+        self.start()
         try:
             from IPython import get_ipython
 
             shell = get_ipython()
         except ImportError:
             shell = None
-        if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
-            from IPython.display import IFrame, display
-
-            display(IFrame(self.url, width="100%", height=height))
-        else:
+        if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
             print(f"gsnb viewer: open {self.url}")
+            return
+        from IPython.display import HTML, IFrame, display
+
+        from gsnb.viewer.jupyter import HINT, find_server, proxy_embed_html, proxy_works
+
+        server = find_server() if self.host in ("127.0.0.1", "localhost", "0.0.0.0") else None
+        if server is not None and proxy_works(server, self.port):
+            display(HTML(proxy_embed_html(server, self.port, self.secret, height)))
+            return
+        display(IFrame(self.url, width="100%", height=height))
+        print(f"gsnb viewer: {self.url} (this machine only); " + HINT.format(port=self.port))
 
     def stop(self) -> None:
         """Stop streaming and close the server; the port is free when this returns."""
@@ -439,10 +530,16 @@ class Viewer:
             return
         self._stopped.set()
         self._wake.set()
+        if self._unhook is not None:
+            self._unhook()
         if self._thread is not threading.current_thread():
             self._thread.join(10.0)
-        with contextlib.redirect_stdout(io.StringIO()):  # viser's "Server stopped"
+        with _quiet_viser():  # viser's "Server stopped"
             self.server.stop()
+        # viser's stop waits a bounded time for its thread: the port must be free on return
+        deadline = time.monotonic() + 5.0
+        while not port_is_free(self.host, self.port) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def __enter__(self) -> Viewer:
         return self
@@ -453,6 +550,31 @@ class Viewer:
     def __repr__(self) -> str:
         state = "stopped" if self._stopped.is_set() else self.url
         return f"Viewer({state}, mode {self._mode}, {len(self._planners)} client(s))"
+
+
+@contextlib.contextmanager
+def _quiet_viser() -> Iterator[None]:
+    """Silence viser's banner and its "Server stopped": in a notebook rich displays them in the
+    cell (bypassing stdout), with a URL that lacks the secret."""
+    import rich
+
+    console = rich.get_console()
+    quiet = console.quiet
+    console.quiet = True
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        console.quiet = quiet
+
+
+def _import_viser() -> None:
+    try:
+        import viser  # noqa: F401
+    except ImportError as err:
+        raise ImportError(
+            "the viewer needs viser: pip install 'gsnb[viewer]' (or pip install viser)"
+        ) from err
 
 
 def _busy(host: str, port: int) -> ViewerPortError:

@@ -94,8 +94,8 @@ class FramePlanner:
     def __init__(
         self,
         preview_scale: float = 0.25,
-        rest_seconds: float = 0.2,
-        max_fps: float = 30.0,
+        rest_seconds: float = 0.1,
+        max_fps: float = 60.0,
         max_size: int = 1920,
         refresh_share: float = 0.25,
     ) -> None:
@@ -145,6 +145,29 @@ class FramePlanner:
         if shown.version != version and self.refresh.ready(now):
             return FrameRequest(camera, *size, preview=not rest, version=version)
         return None
+
+    def seconds_to_next(self, now: float, version: int) -> float:
+        """Seconds until :meth:`next_frame` has a frame without a new camera or model version
+        (``inf``: only such a change brings one): how long the frame loop may sleep.
+
+        Example:
+            >>> planner = FramePlanner(rest_seconds=0.2)
+            >>> planner.camera(BrowserCamera((1, 0, 0, 0), (0, 0, 0), 1.0, 64, 48, stamp=0.0))
+            >>> planner.rendered(planner.next_frame(now=0.0, version=0), cost=0.0, now=0.0)
+            >>> round(planner.seconds_to_next(now=0.05, version=0), 3)
+            0.15
+        """
+        camera, shown = self._camera, self._shown
+        if camera is None:
+            return math.inf
+        if shown is None or shown.camera != camera:
+            return 0.0
+        waits = [math.inf]
+        if shown.preview:
+            waits.append(max(0.0, camera.stamp + self.rest_seconds - now))
+        if shown.version != version:
+            waits.append(self.refresh.seconds_left(now))
+        return min(waits)
 
     def rendered(self, request: FrameRequest, cost: float, now: float) -> None:
         """Record that ``request`` was rendered and sent, taking ``cost`` seconds."""

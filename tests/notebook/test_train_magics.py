@@ -114,3 +114,21 @@ def test_resume_trains_on_the_data_given_and_names_ignored_settings(
     shell.run_line_magic("gs_train", again)
     assert shell.user_ns["trainer"].config.sh_degree == 1  # the checkpoint's
     assert "--sh-degree ignored" in capsys.readouterr().err
+
+
+def test_a_new_run_stops_the_viewer_of_the_old_one_under_its_name(shell, dataset):
+    pytest.importorskip("viser")
+    from gsnb.viewer.server import port_is_free
+
+    shell.run_line_magic("gs_train", f"{dataset.root} --steps 2 --viewer --no-start {QUICK}")
+    first = shell.user_ns["trainer_viewer"]
+    port = first.port
+    assert not port_is_free("127.0.0.1", port)
+    # the same port again: free because the old viewer was stopped, not orphaned
+    shell.run_line_magic(
+        "gs_train", f"{dataset.root} --steps 2 --viewer --no-start --port {port} {QUICK}"
+    )
+    second = shell.user_ns["trainer_viewer"]
+    assert second is not first and second.port == port and "stopped" in repr(first)
+    second.stop()
+    assert port_is_free("127.0.0.1", port)

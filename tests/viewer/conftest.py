@@ -9,6 +9,7 @@ import pytest
 from gsnb.data.dataset import SceneDataset, load_dataset
 from gsnb.data.synthetic import make_synthetic_scene
 from gsnb.train import TrainConfig, Trainer
+from gsnb.viewer import Viewer
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +26,17 @@ def trainer(wide_scene: SceneDataset) -> Iterator[Trainer]:
     run = Trainer(wide_scene, TrainConfig(steps=10_000, sh_degree=1, device="cpu", seed=3))
     yield run
     run.stop(timeout=30)
+
+
+@pytest.fixture
+def viewers() -> Iterator:
+    """Makes viewers; stops them all after the test."""
+    made: list[Viewer] = []
+
+    def make(*args, **kwargs) -> Viewer:
+        made.append(viewer := Viewer(*args, **kwargs))
+        return viewer
+
+    yield make
+    for viewer in made:
+        viewer.stop()

@@ -22,19 +22,6 @@ EYE = (0.5, -4.0, 2.0)
 FOV = 0.9
 
 
-@pytest.fixture
-def viewers():
-    made: list[Viewer] = []
-
-    def make(*args, **kwargs) -> Viewer:
-        made.append(viewer := Viewer(*args, **kwargs))
-        return viewer
-
-    yield make
-    for viewer in made:
-        viewer.stop()
-
-
 def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     end = time.monotonic() + timeout
     while not condition():

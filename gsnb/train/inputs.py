@@ -165,14 +165,15 @@ class ViewImages:
         self.images_on = images_on
         on_cuda = self.device.type == "cuda"
         pin = images_on == "cpu" and on_cuda and torch.cuda.is_available()
-        self.stored = [
-            image.to(self.device) if images_on == "gpu" else image.pin_memory() if pin else image
-            for image in _decoded(self.views, progress, workers)
-        ]
+        decoded = _decoded(self.views, progress, workers)
+        if images_on == "gpu":
+            self.stored = [image.to(self.device) for image in decoded]
+        elif pin:
+            self.stored = _pinned_arena(self.views, decoded)
+        else:
+            self.stored = list(decoded)
         self.cameras = [view_camera(v, self.device) for v in self.views]
-        self._stream = torch.cuda.Stream(self.device) if pin else None
-        # Views copied ahead: index -> (uint8 image on device, event that marks the copy done).
-        self._ahead: dict[int, tuple[Tensor, Any]] = {}
+        self._staging = _Staging(self.device, self.stored) if pin else None
 
     def __len__(self) -> int:
         return len(self.views)
@@ -186,29 +187,9 @@ class ViewImages:
         """
         if self.images_on == "gpu":
             return bytes_to_float(self.stored[idx])
-        image, event = self._ahead.pop(idx, None) or self._copy(idx)
-        if event is not None:
-            torch.cuda.current_stream(self.device).wait_event(event)
-        out = bytes_to_float(image)
-        wanted = list(dict.fromkeys(upcoming))
-        for j in [j for j in self._ahead if j not in wanted]:
-            del self._ahead[j]
-        for j in wanted:
-            if j not in self._ahead:
-                self._ahead[j] = (image, None) if j == idx else self._copy(j)
-        return out
-
-    def _copy(self, idx: int) -> tuple[Tensor, Any]:
-        host = self.stored[idx]
-        if self._stream is None:
-            return host.to(self.device), None
-        with torch.cuda.stream(self._stream):
-            image = host.to(self.device, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record(self._stream)
-        # Made on the side stream, read on the main one: the allocator must wait for both.
-        image.record_stream(torch.cuda.current_stream(self.device))
-        return image, event
+        if self._staging is None:
+            return bytes_to_float(self.stored[idx].to(self.device))
+        return self._staging.image(idx, upcoming)
 
     @property
     def images(self) -> Sequence[Tensor]:
@@ -235,6 +216,74 @@ class ViewImages:
     def host_nbytes(self) -> int:
         """Bytes the images take in host memory (0 when they live on the GPU)."""
         return 0 if self.images_on == "gpu" else sum(image.numel() for image in self.stored)
+
+
+def _pinned_arena(views: list[View], decoded: Iterable[Tensor]) -> list[Tensor]:
+    """The images in one pinned host buffer (one page-locking call, no power-of-two rounding
+    as one pinned block per image would have), as views into it."""
+    sizes = [v.height * v.width * 3 for v in views]
+    arena = torch.empty(sum(sizes), dtype=torch.uint8, pin_memory=True)
+    stored, start = [], 0
+    for image, size in zip(decoded, sizes, strict=True):
+        if image.numel() != size:
+            raise ValueError(f"an image holds {image.numel()} values, its view {size}")
+        slot = arena[start : start + size].view(image.shape)
+        slot.copy_(image)
+        stored.append(slot)
+        start += size
+    return stored
+
+
+class _Staging:
+    """A few device buffers that host images are copied into ahead of their step.
+
+    Each buffer has an event for "copied" (side stream) and one for "read" (the training
+    stream): a copy waits until the step that read the buffer before is done with it, and a
+    step waits for its copy. Nothing is allocated per step.
+    """
+
+    def __init__(self, device: torch.device, stored: list[Tensor]) -> None:
+        largest = max(image.numel() for image in stored)
+        self.device, self.stored = device, stored
+        self.stream = torch.cuda.Stream(device)
+        self.buffers = [
+            torch.empty(largest, dtype=torch.uint8, device=device) for _ in range(PREFETCH + 1)
+        ]
+        self.copied = [torch.cuda.Event() for _ in self.buffers]
+        self.read = [torch.cuda.Event() for _ in self.buffers]
+        self.slot_of: dict[int, int] = {}  # view -> buffer holding (or receiving) it
+
+    def image(self, idx: int, upcoming: Sequence[int]) -> Tensor:
+        main = torch.cuda.current_stream(self.device)
+        slot = self.slot_of.pop(idx, None)
+        if slot is None:  # not copied ahead: copy now, on the training stream
+            slot = self._free_slot(set())
+            self._fill(slot, idx, main)
+        main.wait_event(self.copied[slot])
+        shape = self.stored[idx].shape
+        out = bytes_to_float(self.buffers[slot][: self.stored[idx].numel()].view(shape))
+        self.read[slot].record(main)
+        wanted = [j for j in dict.fromkeys(upcoming) if j != idx][: len(self.buffers) - 1]
+        for j in [j for j in self.slot_of if j not in wanted]:
+            del self.slot_of[j]
+        for j in wanted:
+            if j not in self.slot_of:
+                free = self._free_slot({slot})
+                self._fill(free, j, self.stream)
+                self.slot_of[j] = free
+        return out
+
+    def _free_slot(self, busy: set[int]) -> int:
+        taken = set(self.slot_of.values()) | busy
+        return next(s for s in range(len(self.buffers)) if s not in taken)
+
+    def _fill(self, slot: int, idx: int, stream: Any) -> None:
+        host = self.stored[idx].reshape(-1)
+        with torch.cuda.stream(stream):
+            stream.wait_event(self.read[slot])  # the last step that read it is done
+            stream.wait_event(self.copied[slot])  # and a copy still going into it
+            self.buffers[slot][: host.numel()].copy_(host, non_blocking=True)
+            self.copied[slot].record(stream)
 
 
 class _FloatImages(Sequence[Tensor]):

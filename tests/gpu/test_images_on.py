@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+import random
+
 import torch
 
 from gsnb.train import TrainConfig, Trainer
+from gsnb.train.inputs import PREFETCH, ViewImages, ViewOrder
 from tests.train.conftest import build_scene
+
+
+def test_host_images_reach_each_step_bitwise_like_gpu_images(cuda_ext, tmp_path):
+    data = build_scene(tmp_path / "scene", size=64, views=6, gaussians=80, points=300)
+    device = torch.device("cuda")
+    on_gpu = ViewImages(data.views, device, images_on="gpu")
+    on_host = ViewImages(data.views, device, images_on="cpu")
+    assert all(image.is_pinned() for image in on_host.stored)
+    order, guesses = ViewOrder(len(data.views), seed=3), random.Random(0)
+    for step in range(60):
+        idx = order.next()
+        # Mostly the true next views; now and then a wrong guess, so a view is not ahead.
+        ahead = order.peek(PREFETCH) if step % 7 else [guesses.randrange(6) for _ in range(2)]
+        got = on_host.image(idx, ahead)
+        assert torch.equal(got, on_gpu.image(idx)), step
+    staged = on_host._staging
+    assert len(staged.slot_of) <= PREFETCH and all(b.is_cuda for b in staged.buffers)
 
 
 def _run(data, images_on: str) -> Trainer:
@@ -16,16 +36,13 @@ def _run(data, images_on: str) -> Trainer:
     return trainer
 
 
-def test_host_images_train_bitwise_like_gpu_images(cuda_ext, tmp_path):
+def test_host_images_train_like_gpu_images(cuda_ext, tmp_path):
+    # The CUDA backward sums with atomics, so two runs agree to rounding, not bitwise.
     data = build_scene(tmp_path / "scene", size=64, views=6, gaussians=80, points=300)
     on_gpu, on_host = _run(data, "gpu"), _run(data, "cpu")
-    host = on_host.train_images
-    assert host.images_on == "cpu" and all(image.is_pinned() for image in host.stored)
-    assert all(image.device.type == "cuda" for image in on_gpu.train_images.stored)
-    assert len(host._ahead) == 2 and all(img.is_cuda for img, _ in host._ahead.values())
-    for name, value in on_gpu.model.splats.items():
-        assert torch.equal(value, on_host.model.splats[name]), name
-    assert on_host.evaluate("train").psnr == on_gpu.evaluate("train").psnr
+    assert on_host.train_images.images_on == "cpu"
+    a, b = on_host.evaluate("train").psnr, on_gpu.evaluate("train").psnr
+    assert abs(a - b) < 0.05, (a, b)
 
 
 def test_auto_keeps_small_captures_on_the_gpu(cuda_ext, tmp_path):

@@ -140,7 +140,9 @@ class FrameEncoder:
             try:
                 assert self._nvjpeg is not None
                 packed = self._nvjpeg(pixels.permute(2, 0, 1).contiguous(), quality=self.quality)
-                _synchronize(packed)
+                # torchvision encodes on a stream of its own and orders it after the stream that
+                # was current when its cached encoder was made, not this one: wait for the device.
+                torch.cuda.synchronize(packed.device)
                 encoded = time.perf_counter()
                 data = packed.cpu().numpy().tobytes()
                 self.backend = "nvjpeg"

@@ -73,3 +73,15 @@ def test_the_viewer_streams_nvjpeg_frames_of_a_cuda_model(frame, cuda_ext):
     truth = to_uint8_tensor(expected).cpu().numpy().astype(np.float64)
     assert image.shape == (360, 640, 3) and np.abs(image - truth).mean() < 3.0
     assert {"render", "convert", "encode", "copy", "send"} <= set(timings)
+
+
+def test_encoders_on_different_streams_under_load_give_whole_jpegs(frame):
+    # torchvision's cached encoder orders its own stream after the stream current when it
+    # was made; a second encoder (another side stream) must still read finished bytes.
+    first, second = FrameEncoder(80), FrameEncoder(80)
+    load = torch.randn(4096, 4096, device="cuda")
+    for i in range(40):
+        load = load @ load.T / 4096  # keep the default stream busy
+        data = (first if i % 2 else second).encode(frame * (0.5 + i / 80))
+        assert data[:2] == b"\xff\xd8" and data[-2:] == b"\xff\xd9", i
+        assert decode(data).shape == (1080, 1920, 3), i

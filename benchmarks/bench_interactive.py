@@ -291,9 +291,12 @@ def main() -> None:
                         options = {"max_fps": 240, "refresh_share": 0.95}
                     if condition == "viewer_resting_cpu_jpeg":
                         options = {"gpu_jpeg": False}
+                    if condition == "viewer_moving_60fps":
+                        options = {"max_fps": 60}
                     viewer = Viewer(trainer, port=0, **options)
                     motion = {
                         "viewer_moving": {"move_hz": args.move_hz},
+                        "viewer_moving_60fps": {"move_hz": args.move_hz},
                         "viewer_settle": {"settle_period": args.settle_period},
                     }.get(condition, {})
                     client = Client(viewer.url, poses, fov, canvas, motion)

@@ -60,6 +60,7 @@ CONDITIONS = (
     "viewer_moving",
     "viewer_resting",
     "viewer_resting_cpu_jpeg",
+    "viewer_moving_60fps",
     "viewer_settle",
     "viewer_max",
 )

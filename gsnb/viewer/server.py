@@ -116,7 +116,7 @@ class Viewer:
         mode: str = "auto",
         preview_scale: float = 0.25,
         rest_seconds: float = 0.1,
-        max_fps: float = 40.0,
+        max_fps: float = 60.0,
         max_size: int = 1920,
         refresh_share: float = 0.25,
         jpeg_quality: int = 80,

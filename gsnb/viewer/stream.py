@@ -95,7 +95,7 @@ class FramePlanner:
         self,
         preview_scale: float = 0.25,
         rest_seconds: float = 0.1,
-        max_fps: float = 40.0,
+        max_fps: float = 60.0,
         max_size: int = 1920,
         refresh_share: float = 0.25,
     ) -> None:

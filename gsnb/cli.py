@@ -1,4 +1,5 @@
-"""The ``gsnb`` command line: ``gsnb doctor | build | fetch | process | train | demo | export | video``.
+"""The ``gsnb`` command line: ``gsnb doctor | build | fetch | process | train | demo | export |
+video``.
 
 Each command lives in the module of the feature it drives; a module is
 imported only when its command runs, so ``gsnb --help`` stays fast.

@@ -119,6 +119,10 @@ def _process(
     check_target(out, source)
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
+    # Until this run publishes its own, no model may look finished: one from an
+    # earlier run may no longer match the input or the options.
+    (out / SUMMARY_NAME).unlink(missing_ok=True)
+    shutil.rmtree(out / "sparse", ignore_errors=True)
     record = StageRecord(work / "stages.json", str(source))
     report = progress or (lambda stage, done, total: None)
     seconds: dict[str, float] = {}

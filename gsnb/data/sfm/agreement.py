@@ -17,7 +17,8 @@ import numpy as np
 class PoseAgreement:
     """The largest and mean errors of the aligned poses.
 
-    ``center_error`` is relative to ``extent``, the largest distance of a
+    ``center_error`` is relative to the scene extent as gsnb and the 3DGS code
+    measure it (``SceneDataset.extent``): 1.1 times the largest distance of a
     known camera centre from their mean.
 
     Example:
@@ -74,7 +75,7 @@ def compare_poses(estimated: np.ndarray, known: np.ndarray) -> PoseAgreement:
     known_c = -np.einsum("nji,nj->ni", known_r, known[:, :3, 3])
     scale, rotation, shift = umeyama(est_c, known_c)
     aligned = scale * est_c @ rotation.T + shift
-    extent = float(np.linalg.norm(known_c - known_c.mean(axis=0), axis=1).max())
+    extent = 1.1 * float(np.linalg.norm(known_c - known_c.mean(axis=0), axis=1).max())
     centre = np.linalg.norm(aligned - known_c, axis=1) / max(extent, 1e-12)
     # camera-to-world rotations: est R^T moved by the alignment against known R^T
     relative = np.einsum("nij,jk,nlk->nil", known_r, rotation, est_r)

@@ -18,7 +18,7 @@ from gsnb.data.synthetic import SyntheticScene, ring_cameras
 pytest.importorskip("pycolmap")
 
 SIZE = (320, 240)  # small enough for CI; smaller images leave poses a few times less exact
-DETAIL = 0.6
+DETAIL = 0.95
 SAMPLES = 1
 
 
@@ -55,18 +55,19 @@ def photograph(
     return Capture(folder, truth)
 
 
-def film(photos: Capture, path: Path, fps: int = 12) -> Capture:
-    """``photos`` as an H.264 video in which each photo is followed by a blurred copy of itself
+def film(photos: Capture, path: Path, count: int, fps: int = 12) -> Capture:
+    """The first ``count`` of ``photos`` (an arc of the ring: sequential matching closes no
+    loop) as an H.264 video in which each photo is followed by a blurred copy of itself
     (camera shake); truth keyed by the sharp frames' names, ``frame_NNNNN.jpg``."""
     import cv2
     import imageio.v2 as iio
 
     frames, truth = [], {}
-    for name in sorted(photos.truth):
+    for name in sorted(photos.truth)[:count]:
         rgb = np.asarray(Image.open(photos.path / name).convert("RGB"))
         truth[f"frame_{len(frames):05d}.jpg"] = photos.truth[name]
         frames += [rgb, cv2.GaussianBlur(rgb, (0, 0), 2.0)]
-    iio.mimwrite(path, frames, fps=fps, codec="libx264", quality=9, macro_block_size=16)
+    iio.mimwrite(path, frames, fps=fps, codec="libx264", quality=10, macro_block_size=16)
     return Capture(path, truth)
 
 

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import FOX, REPO, environment, write_json  # noqa: E402
+from common import FOX, REPO, environment, write_json
 
-from gsnb.data.colmap import read_colmap_model  # noqa: E402
-from gsnb.data.sfm import ProcessOptions, process  # noqa: E402
-from gsnb.data.sfm.agreement import compare_poses  # noqa: E402
+from gsnb.data.colmap import read_colmap_model
+from gsnb.data.sfm import ProcessOptions, process
+from gsnb.data.sfm.agreement import compare_poses
 
 SIZES = {"full": None, "half": 960}
 

@@ -24,7 +24,8 @@ def test_prints_the_summary(photos: Capture, processed_photos: Path, capsys):
 
 def test_error_is_one_line(tmp_path: Path, capsys):
     (tmp_path / "empty").mkdir()
-    assert main(["process", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 1
+    args = ["process", str(tmp_path / "empty"), "--out", str(tmp_path / "o"), "--no-progress"]
+    assert main(args) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gsnb process: error: no photos in")
 
@@ -43,7 +44,7 @@ def test_nothing_else_needs_pycolmap():
         "import gsnb, gsnb.cli, gsnb.data, gsnb.data.sfm, gsnb.data.sfm.commands\n"
         "import gsnb.data.sfm.pipeline, gsnb.notebook.magics, gsnb.notebook.process_magics\n"
         "from gsnb.cli import build_parser\n"
-        "build_parser('process').parse_args(['photos', '--out', 'x'])\n"
+        "build_parser('process').parse_args(['process', 'photos', '--out', 'x'])\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -49,6 +49,7 @@ def agreement(out: Path, fox: Path) -> dict[str, Any]:
         "mean_center_error_of_extent": round(fit.mean_center_error, 5),
         "max_rotation_error_deg": round(fit.rotation_error_deg, 4),
         "mean_rotation_error_deg": round(fit.mean_rotation_error_deg, 4),
+        "max_rotation_error_deg_after_common_tilt": round(fit.offset_rotation_error_deg, 4),
     }
 
 

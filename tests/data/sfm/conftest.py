@@ -55,15 +55,14 @@ def photograph(
     return Capture(folder, truth)
 
 
-def film(photos: Capture, path: Path, count: int, fps: int = 12) -> Capture:
-    """The first ``count`` of ``photos`` (an arc of the ring: sequential matching closes no
-    loop) as an H.264 video in which each photo is followed by a blurred copy of itself
-    (camera shake); truth keyed by the sharp frames' names, ``frame_NNNNN.jpg``."""
+def film(photos: Capture, path: Path, fps: int = 12) -> Capture:
+    """``photos`` in name order as an H.264 video in which each photo is followed by a blurred
+    copy of itself (camera shake); truth keyed by the sharp frames' names, ``frame_NNNNN.jpg``."""
     import cv2
     import imageio.v2 as iio
 
     frames, truth = [], {}
-    for name in sorted(photos.truth)[:count]:
+    for name in sorted(photos.truth):
         rgb = np.asarray(Image.open(photos.path / name).convert("RGB"))
         truth[f"frame_{len(frames):05d}.jpg"] = photos.truth[name]
         frames += [rgb, cv2.GaussianBlur(rgb, (0, 0), 2.0)]

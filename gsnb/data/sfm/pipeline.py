@@ -287,6 +287,9 @@ def check_target(out: Path, source: Path) -> None:
         ...
         gsnb.data.sfm.errors.ProcessError: ... already holds a dataset ...
     """
+    resolved = out.resolve()
+    if resolved == source or source in resolved.parents:
+        raise ProcessError(f"--out {out} is inside the input {source}; write the dataset elsewhere")
     if not out.exists():
         return
     if not out.is_dir():

@@ -87,3 +87,8 @@ def test_target_processed_from_another_input(photos: Capture, tmp_path: Path):
     ProcessSummary("/somewhere/else", "photos", 3, 3, 10, 0.5).write(out)
     with pytest.raises(ProcessError, match="processed from /somewhere/else"):
         process(photos.path, out)
+
+
+def test_target_inside_the_input(photos: Capture):
+    with pytest.raises(ProcessError, match="is inside the input"):
+        process(photos.path, photos.path / "scene")

@@ -99,7 +99,4 @@ def test_fox_agrees_with_its_own_colmap_model(fox: Path, fox_model, tmp_path: Pa
     truth = {name: fox_model.viewmat(i) for i, (name, *_) in fox_model.images.items()}
     fit = agreement(tmp_path / "fox", truth)
     assert fit.center_error < 0.01, fit
-    # The fox's own model puts the principal point 14.6 px off centre, ours at the centre:
-    # every camera tilts alike by 0.6 degrees; the poses agree within 1 degree beyond that.
-    assert fit.offset_rotation_error_deg < 1.0, fit
-    assert fit.rotation_error_deg < 1.5, fit
+    assert fit.rotation_error_deg < 1.0, fit

@@ -96,7 +96,8 @@ class StageBar:
         if stage != self.stage:
             self.close()
             self.stage = stage
-            self.bar = tqdm(total=total, desc=stage, unit="img", disable=self.disable)
+            unit = "img" if stage in ("images", "mapping") else "stage"  # the others: one step
+            self.bar = tqdm(total=total, desc=stage, unit=unit, disable=self.disable)
         if self.bar is not None:
             self.bar.total = total
             self.bar.n = done

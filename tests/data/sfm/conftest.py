@@ -55,15 +55,18 @@ def photograph(
     return Capture(folder, truth)
 
 
-def film(photos: Capture, path: Path, fps: int = 12) -> Capture:
-    """``photos`` in name order as an H.264 video in which each photo is followed by a blurred
-    copy of itself (camera shake); truth keyed by the sharp frames' names, ``frame_NNNNN.jpg``."""
+def film(
+    photos: Capture, path: Path, count: int, size: tuple[int, int] = (320, 240), fps: int = 12
+) -> Capture:
+    """The first ``count`` of ``photos`` in name order, at ``size``, as an H.264 video in which
+    each photo is followed by a blurred copy of itself (camera shake); truth keyed by the sharp
+    frames' names, ``frame_NNNNN.jpg``."""
     import cv2
     import imageio.v2 as iio
 
     frames, truth = [], {}
-    for name in sorted(photos.truth):
-        rgb = np.asarray(Image.open(photos.path / name).convert("RGB"))
+    for name in sorted(photos.truth)[:count]:
+        rgb = np.asarray(Image.open(photos.path / name).convert("RGB").resize(size, Image.LANCZOS))
         truth[f"frame_{len(frames):05d}.jpg"] = photos.truth[name]
         frames += [rgb, cv2.GaussianBlur(rgb, (0, 0), 2.0)]
     iio.mimwrite(path, frames, fps=fps, codec="libx264", quality=10, macro_block_size=16)

@@ -82,7 +82,7 @@ def test_interrupted_run_leaves_no_model(
 
 
 def test_video_frames_register_and_match_the_rendered_poses(photos: Capture, tmp_path: Path):
-    capture = film(photos, tmp_path / "walk.mp4")
+    capture = film(photos, tmp_path / "walk.mp4", count=24)
     out = tmp_path / "scene"
     summary = process(capture.path, out, ProcessOptions(frames=24))
     assert summary.kind == "video" and summary.matcher == "sequential"

@@ -85,7 +85,10 @@ class StageBar:
     """One tqdm bar per stage, fed by ``process``'s ``progress(stage, done, total)``."""
 
     def __init__(self, disable: bool = False) -> None:
+        from gsnb.data.sfm.logs import terminal_stream
+
         self.disable = disable
+        self.stream = terminal_stream()  # COLMAP's log is sent away from stderr, not the bars
         self.stage: str | None = None
         self.bar = None
 
@@ -97,7 +100,9 @@ class StageBar:
             self.close()
             self.stage = stage
             unit = "img" if stage in ("images", "mapping") else "stage"  # the others: one step
-            self.bar = tqdm(total=total, desc=stage, unit=unit, disable=self.disable)
+            self.bar = tqdm(
+                total=total, desc=stage, unit=unit, disable=self.disable, file=self.stream
+            )
         if self.bar is not None:
             self.bar.total = total
             self.bar.n = done

@@ -2,7 +2,8 @@
 
 Stages: images (photos copied upright, or a video's sharpest frames), SIFT
 features, matching, incremental mapping, undistortion to PINHOLE. Their work
-lives in ``DIR/work/`` (``database.db``, the distorted models, the images), and
+lives in ``DIR/work/`` (``database.db``, the distorted models, the images,
+COLMAP's own log ``colmap.log``), and
 ``DIR/work/stages.json`` records each finished stage with a key of everything
 it depends on: a re-run reuses every stage whose key is unchanged and redoes
 the rest. The dataset itself appears at the very end, ``sparse/0`` by one
@@ -32,6 +33,7 @@ from PIL import Image
 
 from gsnb.data.sfm.errors import ProcessError, require_pycolmap
 from gsnb.data.sfm.frames import PreparedImages, copy_photos, extract_frames, is_video
+from gsnb.data.sfm.logs import log_to
 from gsnb.data.sfm.summary import SUMMARY_NAME, ProcessSummary
 from gsnb.utils.atomic import atomic_write
 
@@ -96,12 +98,7 @@ def process(
         (42, 18311)
     """
     pycolmap = require_pycolmap()
-    quiet = pycolmap.logging.minloglevel
-    pycolmap.logging.minloglevel = 2  # COLMAP's own log only for errors: the summary says the rest
-    try:
-        return _process(pycolmap, source, out, options or ProcessOptions(), progress)
-    finally:
-        pycolmap.logging.minloglevel = quiet
+    return _process(pycolmap, source, out, options or ProcessOptions(), progress)
 
 
 def _process(
@@ -120,6 +117,19 @@ def _process(
     check_target(out, source)
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
+    with log_to(work / "colmap.log"):  # COLMAP's own log: the terminal gets the summary
+        return _run_stages(pycolmap, source, out, work, video, options, progress)
+
+
+def _run_stages(
+    pycolmap: Any,
+    source: Path,
+    out: Path,
+    work: Path,
+    video: bool,
+    options: ProcessOptions,
+    progress: StageProgress | None,
+) -> ProcessSummary:
     # Until this run publishes its own, no model may look finished: one from an
     # earlier run may no longer match the input or the options.
     (out / SUMMARY_NAME).unlink(missing_ok=True)

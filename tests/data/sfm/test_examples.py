@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["__init__", "agreement", "commands", "errors", "frames", "pipeline", "summary"]
+MODULES = ["__init__", "agreement", "commands", "errors", "frames", "logs", "pipeline", "summary"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -171,7 +171,7 @@ def _run_stages(
         )
 
     # 2. features
-    sizes = {Image.open(work / "images" / n).size for n in images.names}
+    sizes = {_size(work / "images" / n) for n in images.names}
     database = work / "database.db"
     key = _key(key, options.camera_model, pycolmap.__version__)
     start = time.perf_counter()
@@ -424,6 +424,11 @@ def _publish(staging: Path, out: Path) -> None:
     (staging / "sparse").rename(out / "sparse" / "0")
     shutil.rmtree(trash, ignore_errors=True)
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def _size(path: Path) -> tuple[int, int]:
+    with Image.open(path) as image:  # reads the header only
+        return image.size
 
 
 def _listing(source: Path) -> list[tuple[str, int, int]]:

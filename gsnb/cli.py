@@ -1,4 +1,5 @@
-"""The ``gsnb`` command line: ``gsnb doctor | build | fetch | train | demo | export | video``.
+"""The ``gsnb`` command line: ``gsnb doctor | build | fetch | process | train | demo | export |
+video``.
 
 Each command lives in the module of the feature it drives; a module is
 imported only when its command runs, so ``gsnb --help`` stays fast.
@@ -17,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "doctor": ("gsnb.toolchain.commands", "doctor", "check GPU, CUDA toolkit and compilers"),
     "build": ("gsnb.toolchain.commands", "build", "build the CUDA rasterizer for this GPU"),
     "fetch": ("gsnb.data.commands", "fetch", "download a sample capture (checked), or copy yours"),
+    "process": ("gsnb.data.sfm.commands", "process", "pose your photos or video (pycolmap)"),
     "export": ("gsnb.export.commands", "export", "write a checkpoint as a 3DGS PLY file"),
     "video": ("gsnb.export.commands", "video", "render a camera path to an H.264 MP4 video"),
     "train": ("gsnb.train.commands", "train", "train Gaussians on a dataset of posed photos"),

@@ -1,4 +1,4 @@
-"""Run the four tutorial notebooks top to bottom with their full settings (for a GPU machine).
+"""Run the five tutorial notebooks top to bottom with their full settings (for a GPU machine).
 
     python notebooks/run_full.py --out runs/notebooks
 
@@ -28,7 +28,13 @@ from typing import Any
 from gsnb.utils.atomic import atomic_write
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent
-NOTEBOOKS = ("01_setup_and_build", "02_render_gaussians", "03_train_a_scene", "04_export")
+NOTEBOOKS = (
+    "01_setup_and_build",
+    "02_render_gaussians",
+    "03_train_a_scene",
+    "04_export",
+    "05_your_own_capture",
+)
 FOX = NOTEBOOK_DIR.parent.parent / "shared" / "data" / "fox"
 KERNEL_NAME = "gsnb-tutorial-python"
 

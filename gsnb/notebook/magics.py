@@ -13,6 +13,7 @@ from typing import Any
 MAGICS: list[tuple[str, str]] = [
     ("gsnb.notebook.build_magics", "BuildMagics"),
     ("gsnb.notebook.export_magics", "ExportMagics"),
+    ("gsnb.notebook.process_magics", "ProcessMagics"),
     ("gsnb.notebook.train_magics", "TrainMagics"),
 ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from gsnb.data.dataset import load_dataset
-from gsnb.data.synthetic import SyntheticScene, make_synthetic_scene
+from gsnb.data.synthetic import SyntheticScene, make_synthetic_scene, ring_cameras
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -75,3 +76,18 @@ def test_bad_arguments(tmp_path: Path) -> None:
         make_synthetic_scene(tmp_path, num_views=0)
     with pytest.raises(ValueError, match=r"positive"):
         make_synthetic_scene(tmp_path, size=0)
+
+
+def test_detail_adds_a_pattern_and_leaves_the_default_scene_alone(tmp_path: Path) -> None:
+    plain = SyntheticScene.random(0)
+    speckled = dataclasses.replace(plain, detail=0.9)
+    points = np.random.default_rng(0).uniform(-2, 2, (500, 3))
+    assert np.array_equal(plain.speckle(points), np.ones(500))
+    factor = speckled.speckle(points)
+    assert factor.min() >= 0.1 - 1e-9 and factor.max() <= 1.0 and factor.std() > 0.2
+    K = np.array([[40.0, 0, 32], [0, 40.0, 24], [0, 0, 1]])
+    c2w = ring_cameras(1)[0]
+    a, b = plain.render(c2w, K, 64, 48, samples=1), speckled.render(c2w, K, 64, 48, samples=1)
+    assert np.array_equal(a[..., 3], b[..., 3]) and not np.allclose(a[..., :3], b[..., :3])
+    with pytest.raises(ValueError, match="detail"):
+        make_synthetic_scene(tmp_path, num_views=1, size=8, detail=1.5)

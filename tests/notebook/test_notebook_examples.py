@@ -14,6 +14,8 @@ MODULES = [
     "gsnb.notebook.figures",
     "gsnb.notebook.knob_widgets",
     "gsnb.notebook.panel",
+    "gsnb.notebook.process_magics",
+    "gsnb.notebook.top_view",
     "gsnb.notebook.train_magics",
     "gsnb.viewer.cameras",
     "gsnb.viewer.client",

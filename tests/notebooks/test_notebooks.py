@@ -64,6 +64,15 @@ SMALL: dict[str, dict[str, Any]] = {
         "render_size": "32x24",
         "frames": 6,
     },
+    "05_your_own_capture": {
+        "demo_size": 256,
+        "video_frames": 24,
+        "steps": 6,
+        "downscale": 2,
+        "export_frames": 4,
+        "video_size": "64x48",
+        "render_size": "32x24",
+    },
 }
 
 
@@ -249,3 +258,25 @@ def test_04_trains_the_demo_scene_on_the_demo_budget(gpu: bool) -> None:
         "cap": values["gaussian_cap"],
     }
     assert mine == {k: demo[k] for k in mine}
+
+
+def test_05_your_own_capture(tmp_path: Path) -> None:
+    pytest.importorskip("pycolmap")
+    from gsnb.data import load_dataset
+    from gsnb.export.ply import read_ply
+
+    files, notebook = execute("05_your_own_capture", tmp_path)
+    photos = json.loads((files / "photos_scene" / "process.json").read_text())
+    video = json.loads((files / "video_scene" / "process.json").read_text())
+    assert photos["registered"] == photos["images_in"] == 24
+    assert video["kind"] == "video" and video["registered"] >= 20
+    kept = sorted(p.name for p in (files / "video_scene" / "images").iterdir())
+    assert all(int(name[6:11]) % 2 == 0 for name in kept)  # the sharp frame of each pair
+    assert len(load_dataset(files / "photos_scene").views) == 24
+    assert read_ply(files / "scene.ply")["means"].shape[0] > 0
+    reader = imageio.get_reader(files / "orbit.mp4")
+    try:
+        assert reader.count_frames() == 4
+    finally:
+        reader.close()
+    assert "reused: ['images', 'features', 'matching', 'mapping']" in text_of(notebook)

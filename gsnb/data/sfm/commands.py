@@ -49,6 +49,13 @@ def process_arguments(parser: argparse.ArgumentParser) -> None:
         default="SIMPLE_RADIAL",
         help="COLMAP camera model (SIMPLE_RADIAL, OPENCV, ...; default SIMPLE_RADIAL)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="threads for features, matching and mapping (default 0: every core; 1 gives the "
+        "same model on every run)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -65,6 +72,7 @@ def process(args: argparse.Namespace) -> int:
             max_image_size=args.max_image_size,
             matcher=args.matcher,
             camera_model=args.camera_model,
+            threads=args.threads,
         )
         summary = run(args.input, args.out, options, progress=bar.update)
     except MissingPycolmap as err:

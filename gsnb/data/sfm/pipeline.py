@@ -55,6 +55,8 @@ class ProcessOptions:
       ``exhaustive_limit`` photos, sequential beyond), "exhaustive" or "sequential".
     - ``overlap``: how many following images sequential matching pairs with each.
     - ``camera_model``: COLMAP's model of the lens, refined by bundle adjustment.
+    - ``threads``: threads of feature extraction, matching and mapping (0: every core);
+      with 1 a run gives the same model bit for bit (threads finish in varying order).
 
     Example:
         >>> ProcessOptions(frames=120).matcher
@@ -68,6 +70,7 @@ class ProcessOptions:
     exhaustive_limit: int = 300
     overlap: int = 10
     camera_model: str = "SIMPLE_RADIAL"
+    threads: int = 0
 
     def __post_init__(self) -> None:
         if self.fps is not None and self.fps <= 0:
@@ -76,6 +79,8 @@ class ProcessOptions:
             raise ProcessError(f"--frames must be at least {MIN_REGISTERED}, got {self.frames}")
         if self.max_image_size is not None and self.max_image_size < 64:
             raise ProcessError(f"--max-image-size must be at least 64, got {self.max_image_size}")
+        if self.threads < 0:
+            raise ProcessError(f"--threads must be 0 (every core) or more, got {self.threads}")
         if self.matcher not in ("auto", "exhaustive", "sequential"):
             raise ProcessError(f"matcher must be auto, exhaustive or sequential: {self.matcher}")
 
@@ -181,12 +186,15 @@ def _run_stages(
         reader = pycolmap.ImageReaderOptions()
         reader.camera_model = options.camera_model
         mode = pycolmap.CameraMode.SINGLE if len(sizes) == 1 else pycolmap.CameraMode.AUTO
+        extraction = pycolmap.FeatureExtractionOptions()
+        extraction.num_threads = options.threads or -1
         pycolmap.extract_features(
             database,
             work / "images",
             image_names=images.names,
             camera_mode=mode,
             reader_options=reader,
+            extraction_options=extraction,
         )
         record.finish("features", key, {})
         report("features", 1, 1)
@@ -209,14 +217,21 @@ def _run_stages(
         db.close()
         verification = pycolmap.TwoViewGeometryOptions()
         verification.ransac.random_seed = SEED
+        matching = pycolmap.FeatureMatchingOptions()
+        matching.num_threads = options.threads or -1
         if matcher == "exhaustive":
-            pycolmap.match_exhaustive(database, verification_options=verification)
+            pycolmap.match_exhaustive(
+                database, matching_options=matching, verification_options=verification
+            )
         else:
             pairing = pycolmap.SequentialPairingOptions()
             pairing.overlap = options.overlap
             pairing.quadratic_overlap = True
             pycolmap.match_sequential(
-                database, pairing_options=pairing, verification_options=verification
+                database,
+                matching_options=matching,
+                pairing_options=pairing,
+                verification_options=verification,
             )
         record.finish("matching", key, {})
         report("matching", 1, 1)
@@ -228,7 +243,7 @@ def _run_stages(
     start = time.perf_counter()
     mapped = record.reuse("mapping", key)
     if mapped is None:
-        mapped = _map(pycolmap, database, work, len(images.names), report)
+        mapped = _map(pycolmap, database, work, len(images.names), report, options.threads)
         record.finish("mapping", key, mapped)
     else:
         reused.append("mapping")
@@ -360,7 +375,12 @@ class StageRecord:
 
 
 def _map(
-    pycolmap: Any, database: Path, work: Path, num_images: int, report: StageProgress
+    pycolmap: Any,
+    database: Path,
+    work: Path,
+    num_images: int,
+    report: StageProgress,
+    threads: int = 0,
 ) -> dict[str, Any]:
     """Incremental mapping into ``work/distorted``, the largest model refined by ``refine``;
     the models' sizes, largest first."""
@@ -369,6 +389,7 @@ def _map(
     staging.mkdir()
     options = pycolmap.IncrementalPipelineOptions()
     options.random_seed = SEED
+    options.num_threads = threads or -1
     options.min_model_size = 2  # smaller models are reported, then refused, not hidden
     registered = [0]
 

@@ -82,8 +82,8 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Capture:
 @pytest.fixture(scope="session")
 def processed_photos(photos: Capture, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``photos`` processed into a dataset (once)."""
-    from gsnb.data.sfm import process
+    from gsnb.data.sfm import ProcessOptions, process
 
     out = tmp_path_factory.mktemp("processed") / "scene"
-    process(photos.path, out)
+    process(photos.path, out, ProcessOptions(threads=1))  # one thread: the same model each run
     return out

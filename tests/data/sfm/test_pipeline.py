@@ -53,7 +53,7 @@ def test_rerun_reuses_every_stage(photos: Capture, processed_photos: Path):
 def test_changed_options_redo_the_later_stages(photos: Capture, processed_photos: Path, tmp_path):
     out = tmp_path / "copy"
     shutil.copytree(processed_photos, out)
-    summary = process(photos.path, out, ProcessOptions(matcher="sequential", overlap=6))
+    summary = process(photos.path, out, ProcessOptions(matcher="sequential", overlap=6, threads=1))
     assert summary.reused == ["images", "features"]
     assert summary.matcher == "sequential" and summary.registered == 24
 
@@ -84,7 +84,7 @@ def test_interrupted_run_leaves_no_model(
 def test_video_frames_register_and_match_the_rendered_poses(photos: Capture, tmp_path: Path):
     capture = film(photos, tmp_path / "walk.mp4", count=24)
     out = tmp_path / "scene"
-    summary = process(capture.path, out, ProcessOptions(frames=24))
+    summary = process(capture.path, out, ProcessOptions(frames=24, threads=1))
     assert summary.kind == "video" and summary.matcher == "sequential"
     assert summary.registered == summary.images_in == 24
     assert set(recovered(out)) == set(capture.truth)  # the sharp frame of each pair, every time

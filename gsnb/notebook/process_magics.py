@@ -10,7 +10,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from gsnb.data.sfm.commands import process_arguments
+from gsnb.data.sfm.commands import process_arguments, process_options
 
 
 def process_parser() -> argparse.ArgumentParser:
@@ -81,7 +81,7 @@ class ProcessMagics(Magics):
         """
         from IPython.display import display
 
-        from gsnb.data.sfm import STAGES, ProcessError, ProcessOptions, process
+        from gsnb.data.sfm import STAGES, ProcessError, process
         from gsnb.notebook.top_view import top_view_figure
 
         parser = process_parser()
@@ -94,14 +94,7 @@ class ProcessMagics(Magics):
         progress = StageProgress(list(STAGES))
         display(progress.widget)
         try:
-            options = ProcessOptions(
-                fps=args.fps,
-                frames=args.frames,
-                max_image_size=args.max_image_size,
-                matcher=args.matcher,
-                camera_model=args.camera_model,
-            )
-            summary = process(args.input, args.out, options, progress=progress.update)
+            summary = process(args.input, args.out, process_options(args), progress=progress.update)
         except ProcessError as err:
             raise ProcessError(f"%gs_process: {err}") from None
         progress.finish()

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gsnb.data.sfm.errors import MissingPycolmap, ProcessError
+
+if TYPE_CHECKING:
+    from gsnb.data.sfm.pipeline import ProcessOptions
 
 
 def process_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,22 +63,35 @@ def process_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def process_options(args: argparse.Namespace) -> ProcessOptions:
+    """The :class:`ProcessOptions` that :func:`process_arguments`' options describe.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> process_arguments(parser)
+        >>> process_options(parser.parse_args(["photos", "--out", "scene", "--threads", "1"]))
+        ProcessOptions(fps=None, frames=None, max_image_size=None, matcher='auto', \
+exhaustive_limit=300, overlap=10, camera_model='SIMPLE_RADIAL', threads=1)
+    """
+    from gsnb.data.sfm.pipeline import ProcessOptions
+
+    return ProcessOptions(
+        fps=args.fps,
+        frames=args.frames,
+        max_image_size=args.max_image_size,
+        matcher=args.matcher,
+        camera_model=args.camera_model,
+        threads=args.threads,
+    )
+
+
 def process(args: argparse.Namespace) -> int:
     """``gsnb process``: 0 with the summary, 1 with the cause, 2 without pycolmap."""
-    from gsnb.data.sfm.pipeline import ProcessOptions
     from gsnb.data.sfm.pipeline import process as run
 
     bar = StageBar(disable=args.no_progress)
     try:
-        options = ProcessOptions(
-            fps=args.fps,
-            frames=args.frames,
-            max_image_size=args.max_image_size,
-            matcher=args.matcher,
-            camera_model=args.camera_model,
-            threads=args.threads,
-        )
-        summary = run(args.input, args.out, options, progress=bar.update)
+        summary = run(args.input, args.out, process_options(args), progress=bar.update)
     except MissingPycolmap as err:
         print(f"gsnb process: {err}", file=sys.stderr)
         return 2

@@ -37,7 +37,8 @@ def check_images_readable(views: Sequence[View], split: str, progress: bool = Fa
         try:
             view.load_image()
         except (OSError, ValueError, RuntimeError) as err:
-            return f"{view.image_path} ({str(err).splitlines()[0][:160]})"
+            first = (str(err).splitlines() or [type(err).__name__])[0]
+            return f"{view.image_path} ({first[:160]})"
         return None
 
     workers = max(1, min(8, os.cpu_count() or 1))

@@ -157,11 +157,14 @@ class TrainMagics(Magics):
                 f"%gs_train: {args.name} is still training; call {args.name}.stop() first, "
                 "or pass --name to keep both"
             )
+        trainer = None
         try:
             trainer = make_trainer(args, namespace)
             camera: int | str = int(args.camera) if args.camera.isdigit() else args.camera
             panel = TrainingPanel(trainer, camera=camera)
         except (ValueError, OSError, RuntimeError) as err:  # bad options, data or out folder
+            if trainer is not None and trainer.run_folder is not None:
+                trainer.run_folder.release()  # the run that was not shown holds no folder
             raise UsageError(f"%gs_train: {err}") from None
         namespace[args.name] = trainer
         namespace[f"{args.name}_panel"] = panel

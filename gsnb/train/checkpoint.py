@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 
 CHECKPOINT_FORMAT = "gsnb-trainer-1"
 REQUIRED_KEYS = ("step", "config", "strategy", "splats", "optimizer", "rng", "data_order")
-CHECKSUMMED = ("splats", "optimizer", "strategy")
-"""The parts of a checkpoint whose tensors its checksum covers."""
+UNCHECKED = ("format", "checksum")
+"""The parts of a checkpoint its checksum does not cover; it covers every other, tensors and
+plain values alike."""
 HISTORY_DIR = "checkpoints"
 """The folder beside ``checkpoint.pt`` that keeps the run's recent checkpoints."""
 _HISTORY_NAME = re.compile(r"step_(\d+)\.pt")
@@ -64,7 +65,8 @@ def to_cpu(obj: Any) -> Any:
 
 
 def tensor_checksum(obj: Any) -> int:
-    """CRC-32 of the bytes of every tensor in ``obj`` (dicts in key order, lists in order).
+    """CRC-32 of ``obj``: every tensor's bytes and every other value's text (dicts in key
+    order, lists in order).
 
     It detects a flipped bit on disk or in transfer; it is not a defence against tampering.
 
@@ -89,8 +91,11 @@ def tensor_checksum(obj: Any) -> int:
                 crc = zlib.crc32(str(key).encode(), crc)
                 walk(value[key])
         elif isinstance(value, (list, tuple)):
+            crc = zlib.crc32(f"[{len(value)}".encode(), crc)
             for item in value:
                 walk(item)
+        else:  # numbers, strings, None: their text
+            crc = zlib.crc32(repr(value).encode(), crc)
 
     walk(obj)
     return crc
@@ -128,7 +133,7 @@ def write_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> P
     """
     target = Path(path)
     body = {"format": CHECKPOINT_FORMAT, **payload}
-    body["checksum"] = tensor_checksum({k: body.get(k) for k in CHECKSUMMED})
+    body["checksum"] = tensor_checksum({k: v for k, v in body.items() if k not in UNCHECKED})
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(target, "wb") as handle:
@@ -189,6 +194,12 @@ def save_with_history(folder: Path, payload: dict[str, Any], keep: int) -> Path:
         30
     """
     step = int(payload["step"])
+    # Checkpoints beyond this step belong to a branch this run left (it resumed from an
+    # earlier one): they are not newer, whatever their step says.
+    for later in history(folder):
+        if int(_HISTORY_NAME.fullmatch(later.name).group(1)) > step:
+            with contextlib.suppress(OSError):
+                later.unlink()
     stored = write_checkpoint(folder / HISTORY_DIR / f"step_{step:07d}.pt", payload)
     newest = folder / "checkpoint.pt"
     fd, tmp = make_temporary(newest)
@@ -311,9 +322,10 @@ def read_checkpoint(path: str | os.PathLike[str], check: bool = True) -> dict[st
     if missing:
         raise CheckpointError(f"checkpoint {source} lacks {missing}; it is incomplete")
     saved = payload.get("checksum")
-    if saved is not None and saved != tensor_checksum({k: payload.get(k) for k in CHECKSUMMED}):
+    covered = {k: v for k, v in payload.items() if k not in UNCHECKED}
+    if saved is not None and saved != tensor_checksum(covered):
         raise CheckpointError(
-            f"checkpoint {source} is corrupt: the checksum of its tensors does not match (a "
+            f"checkpoint {source} is corrupt: its checksum does not match (a "
             "damaged disk or copy); use an earlier checkpoint (its run folder's "
             f"{HISTORY_DIR}/, or --resume FOLDER picks the newest intact one)"
         )

@@ -10,7 +10,9 @@ Both take every setting of :class:`~gsnb.train.config.TrainConfig` as an option
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import shlex
 import sys
 import time
@@ -23,6 +25,7 @@ import torch
 from gsnb.data.dataset import SceneDataset
 from gsnb.train.config import TrainConfig
 from gsnb.train.estimate import RunTimeEstimate, backend_text
+from gsnb.train.metrics_file import write_metrics
 from gsnb.train.options import (
     add_config_options,
     add_out_option,
@@ -33,7 +36,7 @@ from gsnb.train.options import (
 )
 from gsnb.train.rundir import RunFolder, checkpoint_bytes, ply_bytes
 from gsnb.train.strategy import Strategy, make_strategy
-from gsnb.train.trainer import Trainer
+from gsnb.train.trainer import DensifyError, Trainer
 from gsnb.utils.atomic import atomic_write
 
 PLY_NAME = "point_cloud.ply"
@@ -113,6 +116,9 @@ def claim_folder(folder: RunFolder, args: argparse.Namespace, name: str) -> None
     """Take ``folder`` for the run ``args`` describe (see :meth:`RunFolder.claim`) and say
     what was recovered from a killed run."""
     folder.claim(resume=args.resume, overwrite=getattr(args, "overwrite", False))
+    # An owner record of this process comes from a run object it dropped, not a killed run.
+    if folder.stale_pid == os.getpid():
+        folder.stale_pid = None
     if folder.stale_pid is not None or folder.cleaned:
         killed = "" if folder.stale_pid in (None, -1) else f" (pid {folder.stale_pid})"
         print(
@@ -171,13 +177,20 @@ def resume_run(
     trainer = Trainer.resume_from(source, dataset, device=device)
     if out is not None:
         trainer.config.out_dir = str(out)
-    for name in ("steps", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints"):
-        if getattr(args, name, None) is not None:
-            setattr(trainer.config, name, getattr(args, name))
+    given = {
+        name: getattr(args, name)
+        for name in ("steps", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints")
+        if getattr(args, name, None) is not None
+    }
+    checked = dataclasses.replace(trainer.config, **given)  # the knobs' ranges apply
+    for name in given:
+        setattr(trainer.config, name, getattr(checked, name))
     return trainer
 
 
-def interrupted_text(name: str, trainer: Trainer, resume: Callable[[Path], list[str]]) -> str:
+def interrupted_text(
+    name: str, trainer: Trainer, resume: Callable[[Path], list[str]], what: str = "interrupted"
+) -> str:
     """What to say after Ctrl-C: the checkpoint this run wrote and the command that continues it.
 
     Only a checkpoint this trainer wrote is named, with the step it holds.
@@ -191,7 +204,7 @@ def interrupted_text(name: str, trainer: Trainer, resume: Callable[[Path], list[
           continue with: gsnb demo --resume .../checkpoint.pt
     """
     step = trainer.step_count
-    head = f"{name}: interrupted after step {step}"
+    head = f"{name}: {what} after step {step}"
     if trainer.last_checkpoint is None:
         return f"{head}; this run wrote no checkpoint, so it cannot be continued"
     path, saved = trainer.last_checkpoint
@@ -224,6 +237,10 @@ def _train_and_report(
     except KeyboardInterrupt:
         print(interrupted_text(name, trainer, resume), file=sys.stderr)
         return 130
+    except DensifyError as err:  # a command cannot retry it later: say where to continue from
+        print(f"{name}: error: {err.cause}", file=sys.stderr)
+        print(interrupted_text(name, trainer, resume, "stopped"), file=sys.stderr)
+        return 1
     except (OSError, ValueError, RuntimeError) as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         return 1
@@ -288,37 +305,26 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
             "note": result.lpips_note,
         }
     files = report["files"]
-    files["checkpoint"] = str(trainer.save_checkpoint(out / "checkpoint.pt"))
+    files["checkpoint"] = str(final_checkpoint(trainer, out))
     from gsnb.export.ply import write_ply
 
     write_ply(out / PLY_NAME, trainer.model.splats)
     files["ply"] = str(out / PLY_NAME)
-    earlier = _earlier_metrics(out / "metrics.jsonl", trainer.leg_start_step)
-    with atomic_write(out / "metrics.jsonl", "w") as handle:
-        handle.writelines(earlier)
-        for metrics in trainer.history:
-            handle.write(json.dumps(metrics.to_dict()) + "\n")
-    files["metrics"] = str(out / "metrics.jsonl")
+    files["metrics"] = str(write_metrics(out, trainer.history, trainer.leg_start_step))
     files["summary"] = str(out / "summary.json")
     write_summary(out, report)
     return report
 
 
-def _earlier_metrics(path: Path, before_step: int) -> list[str]:
-    """The lines of ``path`` (a run's metrics.jsonl) up to step ``before_step``: the legs of
-    the run before a resume, kept when this leg's metrics are written."""
-    if before_step <= 0 or not path.is_file():
-        return []
-    kept = []
-    with open(path) as handle:
-        for line in handle:
-            try:
-                step = json.loads(line).get("step")
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(step, int) and step <= before_step:
-                kept.append(line if line.endswith("\n") else line + "\n")
-    return kept
+def final_checkpoint(trainer: Trainer, out: Path) -> Path:
+    """``out/checkpoint.pt`` holding the last step: the one the run wrote as it stopped, or a
+    new one (the run's folder keeps its history; another folder gets a plain file)."""
+    newest = out / "checkpoint.pt"
+    saved = trainer.last_checkpoint
+    if saved is not None and saved[1] == trainer.step_count and Path(saved[0]) == newest:
+        return newest
+    own = trainer.config.out_dir is not None and Path(trainer.config.out_dir) == out
+    return trainer.save_checkpoint() if own else trainer.save_checkpoint(newest)
 
 
 def write_summary(out: Path, report: dict[str, Any]) -> None:

@@ -30,6 +30,7 @@ from gsnb.train.knobs import Knob, check_value, describe_knobs
 from gsnb.train.losses import photometric_terms, psnr_from_mse
 from gsnb.train.memory import MemoryWatch, choose_images_on
 from gsnb.train.metrics import StepMetrics
+from gsnb.train.metrics_file import write_metrics
 from gsnb.train.optim import learning_rates, make_optimizer, set_learning_rates
 from gsnb.train.rendering import BackendRenderer, Renderer, render_model, screen_absgrad
 from gsnb.train.rundir import RunFolder
@@ -43,7 +44,14 @@ CHECKPOINT_NAME = "checkpoint.pt"
 
 
 class DensifyError(RuntimeError):
-    """A strategy step failed; the run was put back to just before it (see the message)."""
+    """A strategy step failed; the run was put back to just before it (see the message).
+
+    ``cause`` says what failed, without the advice on continuing in this process.
+    """
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclasses.dataclass
@@ -176,6 +184,7 @@ class Trainer(TrainingControl):
         self._init_control()
         self._committing = False
         self._unfinished: _HalfStep | None = None
+        self._save_lock = threading.Lock()
         # The output folder this run holds (locked), when a command claimed one.
         self.run_folder: RunFolder | None = None
         # Training time of the whole run (all legs), and since the last checkpoint.
@@ -323,14 +332,15 @@ class Trainer(TrainingControl):
         guard = self._guard
         with guard.commit() if guard is not None else contextlib.nullcontext():
             if not half.skipped:
-                snapshot = DensifySnapshot.take(
-                    self.model.splats,
-                    self.optimizer,
-                    self.strategy_state,
-                    self._gen,
-                    copy_state=self.strategy.densifies_at(half.step),
-                )
+                snapshot = None
                 try:
+                    snapshot = DensifySnapshot.take(
+                        self.model.splats,
+                        self.optimizer,
+                        self.strategy_state,
+                        self._gen,
+                        copy_state=self.strategy.densifies_at(half.step),
+                    )
                     counts = self.strategy.step_post_backward(
                         self.model.splats,
                         self.optimizer,
@@ -341,14 +351,15 @@ class Trainer(TrainingControl):
                         self._gen,
                     )
                 except Exception as err:
-                    snapshot.restore(
-                        self.model.splats, self.optimizer, self.strategy_state, self._gen
-                    )
+                    if snapshot is not None:  # else the copy itself failed: nothing changed
+                        snapshot.restore(
+                            self.model.splats, self.optimizer, self.strategy_state, self._gen
+                        )
                     self.optimizer.zero_grad(set_to_none=True)
                     self._unfinished = half
                     if isinstance(err, torch.cuda.OutOfMemoryError):
                         torch.cuda.empty_cache()
-                    raise DensifyError(self._densify_failure(half.step, err)) from err
+                    raise self._densify_failure(half.step, err) from err
                 events = {k: v for k, v in counts.items() if v}
             self._unfinished = None
             self.optimizer.zero_grad(set_to_none=True)
@@ -383,7 +394,7 @@ class Trainer(TrainingControl):
             warnings=warns,
         )
 
-    def _densify_failure(self, step: int, err: BaseException) -> str:
+    def _densify_failure(self, step: int, err: BaseException) -> DensifyError:
         what = (
             "the GPU ran out of memory"
             if isinstance(err, torch.cuda.OutOfMemoryError)
@@ -395,12 +406,16 @@ class Trainer(TrainingControl):
             else f"the last checkpoint, {self.last_checkpoint[0]}, holds step "
             f"{self.last_checkpoint[1]}"
         )
-        return (
+        cause = (
             f"densification after step {step + 1} failed ({what}) with {self.num_gaussians} "
-            f"Gaussians. The model, Adam and the strategy are as after step {step + 1}'s update "
+            "Gaussians"
+        )
+        return DensifyError(
+            f"{cause}. The model, Adam and the strategy are as after step {step + 1}'s update "
             "and before its densification, which the next step retries first, so the run "
             "continues as if nothing had happened. To densify less, raise grow_grad2d (or "
-            f"lower MCMC's cap_max) before continuing; {saved}"
+            f"lower MCMC's cap_max) before continuing; {saved}",
+            cause,
         )
 
     def _after_step(self, metrics: StepMetrics) -> None:
@@ -611,14 +626,18 @@ class Trainer(TrainingControl):
                 pending_knobs=self.pending_knobs,
                 seconds=self.train_seconds,
             )
-        if path is None:
-            folder = Path(str(self.config.out_dir))
-            written = ckpt.save_with_history(folder, payload, self.config.keep_checkpoints)
-        else:
-            written = ckpt.write_checkpoint(path, payload)
-        self.last_checkpoint = (written, payload["step"])
-        self._since_checkpoint = 0.0
-        self._write_seconds = time.perf_counter() - started
+            history = [m for m in self.history if m.step <= self._step]
+        with self._save_lock:  # one writer at a time: the newest step ends up newest
+            if path is None:
+                folder = Path(str(self.config.out_dir))
+                written = ckpt.save_with_history(folder, payload, self.config.keep_checkpoints)
+                # The metrics up to this step go with it, so a killed run keeps them too.
+                write_metrics(folder, history, self.leg_start_step)
+            else:
+                written = ckpt.write_checkpoint(path, payload)
+            self.last_checkpoint = (written, payload["step"])
+            self._since_checkpoint = 0.0
+            self._write_seconds = time.perf_counter() - started
         return written
 
     @classmethod

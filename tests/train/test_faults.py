@@ -27,7 +27,6 @@ from gsnb.cli import main
 from gsnb.data.dataset import load_dataset
 from gsnb.data.synthetic import make_synthetic_scene
 from gsnb.train import TrainConfig, Trainer
-from gsnb.train import checkpoint as ckpt
 from gsnb.train.checkpoint import CheckpointError, newest_checkpoint, read_checkpoint
 from gsnb.train.strategy import DefaultStrategy, MCMCStrategy, ops
 from gsnb.train.trainer import DensifyError
@@ -85,6 +84,9 @@ def test_kill_9_at_random_moments_leaves_a_checkpoint_that_resumes_exactly(
         assert main(["train", str(scene), "--out", str(out), "--no-progress", *resumed]) == 0
         _same_model(out / "checkpoint.pt", whole / "checkpoint.pt")
         assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+        # The metrics of the killed leg up to its checkpoint were written with it.
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(line)["step"] for line in lines] == list(range(1, 61))
 
 
 # --------------------------------------------------------- one run per folder
@@ -293,7 +295,7 @@ def test_a_flipped_byte_is_refused_and_a_folder_resume_takes_the_previous_checkp
     raw[at + 5] ^= 0x10
     (out / "checkpoint.pt").unlink()  # a new file: the history keeps its own copy
     (out / "checkpoint.pt").write_bytes(bytes(raw))
-    with pytest.raises(CheckpointError, match="checksum of its tensors does not match"):
+    with pytest.raises(CheckpointError, match="is corrupt: its checksum does not match"):
         read_checkpoint(out / "checkpoint.pt")
     with pytest.warns(UserWarning, match="skipping a damaged checkpoint"):
         assert newest_checkpoint(out) == out / "checkpoints" / "step_0000006.pt"
@@ -389,4 +391,38 @@ def test_knobs_are_checked_as_a_set_and_take_numpy_and_tensor_scalars(scene: Pat
         trainer.set(lr_scales=torch.tensor([1e-3, 2e-3]))
     with pytest.raises(ValueError, match="must not exceed"):
         DefaultStrategy(refine_start_iter=9, refine_stop_iter=3)
-    assert ckpt.CHECKSUMMED == ("splats", "optimizer", "strategy")
+
+
+def test_the_checksum_covers_settings_and_the_view_order_too(scene: Path, tmp_path: Path) -> None:
+    trainer = Trainer(load_dataset(scene), TrainConfig(steps=4))
+    trainer.run(2)
+    path = trainer.save_checkpoint(tmp_path / "c.pt")
+    for part, edit in (
+        ("config", lambda p: p["config"].update(lr_scales=0.5)),
+        ("data_order", lambda p: p["data_order"]["order"].add_(1)),
+    ):
+        payload = torch.load(path, weights_only=True)
+        edit(payload)
+        torch.save(payload, tmp_path / f"{part}.pt")
+        with pytest.raises(CheckpointError, match="its checksum does not match"):
+            read_checkpoint(tmp_path / f"{part}.pt")
+
+
+def test_a_resume_from_an_earlier_checkpoint_drops_the_abandoned_branch(
+    scene: Path, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "run"
+    assert main(_cli(scene, out, "--steps", "9", "--checkpoint-every", "3")) == 0
+    # the run's last checkpoint is checkpoint.pt itself (one file, not written twice)
+    assert (out / "checkpoint.pt").stat().st_ino == (
+        out / "checkpoints/step_0000009.pt"
+    ).stat().st_ino
+    earlier = out / "checkpoints" / "step_0000003.pt"
+    again = ["--resume", str(earlier), "--steps", "5", "--checkpoint-every", "100"]
+    assert main(_cli(scene, out, *again)) == 0
+    kept = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert kept == ["step_0000003.pt", "step_0000005.pt"]  # 6 and 9 were another branch
+    assert read_checkpoint(newest_checkpoint(out))["step"] == 5
+    capsys.readouterr()
+    assert main(_cli(scene, out, "--resume", str(out), "--keep-checkpoints", "0")) == 1
+    assert "knob keep_checkpoints=0 is outside its range" in capsys.readouterr().err

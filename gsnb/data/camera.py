@@ -152,8 +152,10 @@ class Camera:
 
     @property
     def is_distorted(self) -> bool:
-        """Whether any distortion coefficient is non-zero."""
-        return any(d != 0.0 for d in self.distortion)
+        """Whether images need undistorting: a fisheye lens always does (with every
+        coefficient zero it still maps angles, not tangents, to the image), a perspective
+        one when a coefficient is non-zero."""
+        return self.fisheye or any(d != 0.0 for d in self.distortion)
 
 
 def _factor_range(camera_size: int, image_size: int) -> tuple[float, float]:

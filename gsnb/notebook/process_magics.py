@@ -97,6 +97,10 @@ class ProcessMagics(Magics):
             summary = process(args.input, args.out, process_options(args), progress=progress.update)
         except ProcessError as err:
             raise ProcessError(f"%gs_process: {err}") from None
+        except (OSError, ValueError, RuntimeError) as err:  # COLMAP's checks, a full disk
+            first = (str(err).splitlines() or [type(err).__name__])[0][:300]
+            log = Path(args.out) / "work" / "colmap.log"
+            raise ProcessError(f"%gs_process: {first} (COLMAP's log: {log})") from None
         progress.finish()
         print("\n".join(summary.lines()))
         display(top_view_figure(Path(args.out) / "sparse" / "0"))

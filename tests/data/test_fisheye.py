@@ -118,3 +118,11 @@ def test_transforms_fisheye_capture(tmp_path: Path) -> None:
     assert view.pipeline.camera.distortion == (0.06, -0.03, 0.01, 0.0)
     assert view.K[0, 0] < 38.0  # a pinhole needs a shorter focal length for the same field
     assert view.load_bytes()[40, 48].tolist() == [90, 120, 30]
+
+
+def test_a_fisheye_lens_without_coefficients_is_still_undistorted():
+    # r = f * theta, not f * tan(theta): a pinhole view needs a remap even with k1..k4 = 0.
+    lens = Camera.from_colmap("OPENCV_FISHEYE", 640, 480, [300, 300, 320, 240, 0, 0, 0, 0])
+    assert lens.is_distorted
+    pinhole = Camera.from_colmap("PINHOLE", 640, 480, [300, 300, 320, 240])
+    assert not pinhole.is_distorted

@@ -13,6 +13,22 @@ if TYPE_CHECKING:
     from gsnb.data.sfm.pipeline import ProcessOptions
 
 
+CAMERA_MODELS = (
+    "SIMPLE_PINHOLE",
+    "PINHOLE",
+    "SIMPLE_RADIAL",
+    "RADIAL",
+    "OPENCV",
+    "FULL_OPENCV",
+    "OPENCV_FISHEYE",
+    "SIMPLE_RADIAL_FISHEYE",
+    "RADIAL_FISHEYE",
+    "THIN_PRISM_FISHEYE",
+    "FOV",
+)
+"""The lens models of COLMAP that ``--camera-model`` takes."""
+
+
 def process_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gsnb process``.
 
@@ -51,7 +67,9 @@ def process_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--camera-model",
         default="SIMPLE_RADIAL",
-        help="COLMAP camera model (SIMPLE_RADIAL, OPENCV, ...; default SIMPLE_RADIAL)",
+        choices=CAMERA_MODELS,
+        metavar="MODEL",
+        help="COLMAP's model of the lens: " + ", ".join(CAMERA_MODELS) + " (default SIMPLE_RADIAL)",
     )
     parser.add_argument(
         "--threads",
@@ -98,6 +116,12 @@ def process(args: argparse.Namespace) -> int:
     except ProcessError as err:
         bar.close()
         print(f"gsnb process: error: {err}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, RuntimeError) as err:  # COLMAP's checks, a full disk
+        bar.close()
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        log = Path(args.out) / "work" / "colmap.log"
+        print(f"gsnb process: error: {first[:300]} (COLMAP's log: {log})", file=sys.stderr)
         return 1
     bar.close()
     for line in summary.lines():

@@ -362,6 +362,12 @@ class StageRecord:
         if self.valid and entry is not None and entry.get("key") == key:
             return entry["result"]
         self.valid = False
+        # This stage and the later ones are redone: forget them before their files change,
+        # so that an interrupted redo is never mistaken for finished work.
+        stale = STAGES[STAGES.index(stage) :]
+        if any(name in self.stages for name in stale):
+            self.stages = {k: v for k, v in self.stages.items() if k not in stale}
+            self._write()
         return None
 
     def finish(self, stage: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -369,9 +375,12 @@ class StageRecord:
         later = STAGES[STAGES.index(stage) + 1 :]
         self.stages = {k: v for k, v in self.stages.items() if k not in later}
         self.stages[stage] = {"key": key, "result": result}
+        self._write()
+        return result
+
+    def _write(self) -> None:
         with atomic_write(self.path, "w") as handle:
             json.dump({"input": self.source, "stages": self.stages}, handle, indent=1)
-        return result
 
 
 def _map(

@@ -3,6 +3,7 @@ interrupted run leaves no model; the fox against its own COLMAP model."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -79,6 +80,24 @@ def test_interrupted_run_leaves_no_model(
     summary = process(photos.path, out)
     assert summary.reused == ["images", "features", "matching", "mapping"]
     assert (out / "sparse" / "0" / "cameras.bin").is_file()
+
+
+def test_an_interrupted_redo_leaves_no_stage_to_reuse(
+    photos: Capture, processed_photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from gsnb.data.sfm import pipeline
+
+    out = tmp_path / "copy"
+    shutil.copytree(processed_photos, out)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "copy_photos", interrupted)
+    with pytest.raises(KeyboardInterrupt):  # other options: the images are being redone
+        process(photos.path, out, ProcessOptions(max_image_size=128, threads=1))
+    # The images folder is half rebuilt: no stage may be taken as finished any more.
+    assert json.loads((out / "work" / "stages.json").read_text())["stages"] == {}
 
 
 def test_video_frames_register_and_match_the_rendered_poses(photos: Capture, tmp_path: Path):

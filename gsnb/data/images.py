@@ -262,6 +262,10 @@ class ImagePipeline:
                 str(path.resolve()),
                 stat.st_size,
                 stat.st_mtime_ns,
+                # A file replaced under the same name, size and time (cp -p, rsync -a) is a
+                # new inode, and its change time cannot be set back.
+                stat.st_ino,
+                stat.st_ctime_ns,
                 self.camera.__dict__,
                 self.downscale,
                 list(self.background),

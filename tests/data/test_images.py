@@ -113,6 +113,19 @@ def test_cache_follows_the_source_file(tmp_path: Path) -> None:
     assert pipe.load(src)[0, 0].tolist() == [0.0, 0.0, 1.0]
 
 
+def test_a_file_replaced_with_the_same_size_and_time_is_read_again(tmp_path: Path) -> None:
+    src, other = tmp_path / "a.bmp", tmp_path / "b.bmp"
+    Image.new("RGB", (8, 8), (255, 0, 0)).save(src)
+    Image.new("RGB", (8, 8), (0, 0, 255)).save(other)  # BMP: the same byte size
+    pipe = ImagePipeline(Camera(8, 8, 8.0, 8.0, 4.0, 4.0), 2, cache_dir=tmp_path / "c")
+    assert pipe.load(src)[0, 0].tolist() == [1.0, 0.0, 0.0]
+    times = src.stat()
+    os.replace(other, src)  # as cp -p or rsync -a put a new export in place
+    os.utime(src, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert src.stat().st_size == times.st_size and src.stat().st_mtime_ns == times.st_mtime_ns
+    assert pipe.load(src)[0, 0].tolist() == [0.0, 0.0, 1.0]
+
+
 def test_downscaled_intrinsics_follow_the_pixel_grid() -> None:
     pipe = ImagePipeline(Camera(101, 50, 100.0, 90.0, 50.5, 25.0), downscale=2)
     assert (pipe.width, pipe.height) == scaled_size(101, 50, 2) == (50, 25)

@@ -117,8 +117,10 @@ class FrameEncoder:
         """JPEG bytes of an ``[H, W, 3]`` float image in [0, 1] (any device).
 
         A CUDA image is converted and encoded on a side stream of its own, after
-        the work that produced it: the stream that trains is not held up by it,
-        and waiting for the JPEG does not wait for training's queued steps.
+        the work that produced it, so the stream that trains is not held up by it.
+        Reading nvJPEG's bytes waits for the whole device (torchvision's encoder
+        orders its stream after the one current when it was cached, not this one),
+        so this thread, not training, waits for the steps already queued.
         """
         if not image.is_cuda:
             return self._encode(image)

@@ -19,7 +19,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ class JupyterServer:
 
     url: str
     base_url: str
-    token: str = ""
+    token: str = field(default="", repr=False)  # a notebook's output must not show it
 
     def proxy_path(self, port: int) -> str:
         """The browser's path to a local ``port`` through jupyter-server-proxy."""

@@ -38,6 +38,8 @@ REQUIRED_KEYS = ("step", "config", "strategy", "splats", "optimizer", "rng", "da
 UNCHECKED = ("format", "checksum")
 """The parts of a checkpoint its checksum does not cover; it covers every other, tensors and
 plain values alike."""
+NEWEST_NAME = "checkpoint.pt"
+"""The newest checkpoint of a run folder."""
 HISTORY_DIR = "checkpoints"
 """The folder beside ``checkpoint.pt`` that keeps the run's recent checkpoints."""
 _HISTORY_NAME = re.compile(r"step_(\d+)\.pt")
@@ -201,7 +203,7 @@ def save_with_history(folder: Path, payload: dict[str, Any], keep: int) -> Path:
             with contextlib.suppress(OSError):
                 later.unlink()
     stored = write_checkpoint(folder / HISTORY_DIR / f"step_{step:07d}.pt", payload)
-    newest = folder / "checkpoint.pt"
+    newest = folder / NEWEST_NAME
     fd, tmp = make_temporary(newest)
     os.close(fd)
     try:
@@ -256,7 +258,7 @@ def newest_checkpoint(path: str | os.PathLike[str]) -> Path:
     source = Path(path)
     if not source.is_dir():
         return source
-    candidates = [source / "checkpoint.pt", *reversed(history(source))]
+    candidates = [source / NEWEST_NAME, *reversed(history(source))]
     candidates = [c for c in candidates if c.is_file()]
     if not candidates:
         raise FileNotFoundError(

@@ -36,7 +36,7 @@ from gsnb.train.options import (
 )
 from gsnb.train.rundir import RunFolder, checkpoint_bytes, ply_bytes
 from gsnb.train.strategy import Strategy, make_strategy
-from gsnb.train.trainer import DensifyError, Trainer
+from gsnb.train.trainer import CHECKPOINT_NAME, DensifyError, Trainer
 from gsnb.utils.atomic import atomic_write
 
 PLY_NAME = "point_cloud.ply"
@@ -319,7 +319,7 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
 def final_checkpoint(trainer: Trainer, out: Path) -> Path:
     """``out/checkpoint.pt`` holding the last step: the one the run wrote as it stopped, or a
     new one (the run's folder keeps its history; another folder gets a plain file)."""
-    newest = out / "checkpoint.pt"
+    newest = out / CHECKPOINT_NAME
     saved = trainer.last_checkpoint
     if saved is not None and saved[1] == trainer.step_count and Path(saved[0]) == newest:
         return newest

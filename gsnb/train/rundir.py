@@ -14,15 +14,15 @@ import os
 import shutil
 from pathlib import Path
 
+from gsnb.train.checkpoint import HISTORY_DIR, NEWEST_NAME
+from gsnb.train.metrics_file import METRICS_NAME
 from gsnb.utils.atomic import writable_problem
 from gsnb.utils.lock import LockHeld, OwnedLock
 
 LOCK_NAME = ".gsnb-run.lock"
 OWNER_NAME = ".gsnb-run.owner.json"
-RESULT_NAMES = ("checkpoint.pt", "point_cloud.ply", "metrics.jsonl", "summary.json", "orbit.mp4")
+RESULT_NAMES = (NEWEST_NAME, "point_cloud.ply", METRICS_NAME, "summary.json", "orbit.mp4")
 """The files a finished run leaves in its folder."""
-HISTORY_DIR = "checkpoints"
-"""Older periodic checkpoints of the run, ``step_0001000.pt``; the newest is ``checkpoint.pt``."""
 BYTES_PER_FLOAT = 4
 
 
@@ -118,7 +118,7 @@ class RunFolder:
             self.cleaned = self._remove_temporaries()
             found = self.results()
             if found and not overwrite and not self._owns(resume):
-                resumable = "checkpoint.pt" in found or f"{HISTORY_DIR}/" in found
+                resumable = NEWEST_NAME in found or f"{HISTORY_DIR}/" in found
                 hint = f"continue it with --resume {self.path}, " if resumable else ""
                 raise RunFolderError(
                     f"{self.path} holds another run ({', '.join(found)}); {hint}pass "

@@ -40,7 +40,7 @@ from gsnb.train.transaction import DensifySnapshot
 if TYPE_CHECKING:
     from gsnb.data.dataset import SceneDataset, View
 
-CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINT_NAME = ckpt.NEWEST_NAME
 
 
 class DensifyError(RuntimeError):

@@ -41,8 +41,8 @@ __global__ void gather_counts_kernel(
 __global__ void emit_kernel(
     int64_t total, int n, const int* __restrict__ order, const int64_t* __restrict__ ends,
     const float* __restrict__ means2d, const float* __restrict__ conics,
-    const float* __restrict__ opacities, bool stored, const int* __restrict__ radii, int width,
-    int height,
+    const float* __restrict__ opacities, bool per_camera, bool stored,
+    const int* __restrict__ radii, int width, int height,
     int tiles_x, int num_tiles, uint32_t* __restrict__ keys, int* __restrict__ values) {
   const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (p >= total) return;
@@ -53,7 +53,7 @@ __global__ void emit_kernel(
   const int cid = idx / n;
   const int gid = idx - cid * n;
   float r2;
-  if (!extent2(opacity_of(opacities[gid], stored), &r2)) return;
+  if (!extent2(opacity_of(opacities[per_camera ? idx : gid], stored), &r2)) return;
   const uint32_t cam_base = (uint32_t)cid * (uint32_t)num_tiles;
   for_each_tile(
       means2d[idx * 2], means2d[idx * 2 + 1], conics[idx * 3], conics[idx * 3 + 1],
@@ -120,6 +120,9 @@ std::vector<at::Tensor> bin_splats(
   const int64_t num_tiles = (int64_t)tiles_x * tiles_y;
   TORCH_CHECK(c * num_tiles < (int64_t(1) << 31), "too many cameras x tiles: ", c * num_tiles);
   TORCH_CHECK(total < (int64_t(1) << 31), "too many cameras x Gaussians: ", total);
+  TORCH_CHECK(opacities.numel() == n || opacities.numel() == total,
+              "bin_splats: opacities must be [N] or [C, N] with C, N = ", c, ", ", n, ", got ",
+              opacities.sizes());
 
   auto iopt = means2d.options().dtype(at::kInt);
   auto offsets = at::empty({c, tiles_y, tiles_x}, iopt);
@@ -181,7 +184,8 @@ std::vector<at::Tensor> bin_splats(
   auto values = at::empty({m}, iopt);
   emit_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
       total, n, order.data_ptr<int>(), ends.data_ptr<int64_t>(), means2d.data_ptr<float>(),
-      conics.data_ptr<float>(), opacities.data_ptr<float>(), stored, radii.data_ptr<int>(), width,
+      conics.data_ptr<float>(), opacities.data_ptr<float>(), opacities.numel() == total, stored,
+      radii.data_ptr<int>(), width,
       height, tiles_x, num_tiles, reinterpret_cast<uint32_t*>(keys.data_ptr<int>()),
       values.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -5,18 +5,19 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 2;
+  m.attr("ABI_VERSION") = 3;
   m.def("project_forward", &gsnb::project_forward, "EWA projection + SH + tile counts",
         py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("opacities"),
         py::arg("coeffs"), py::arg("rest"), py::arg("viewmats"), py::arg("Ks"), py::arg("width"),
         py::arg("height"), py::arg("near_plane"), py::arg("far_plane"), py::arg("sh_degree"),
-        py::arg("with_depth"), py::arg("stored"));
+        py::arg("with_depth"), py::arg("stored"), py::arg("antialiased"));
   m.def("project_backward", &gsnb::project_backward, "backward of project_forward",
-        py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("coeffs"), py::arg("rest"),
-        py::arg("viewmats"), py::arg("Ks"), py::arg("width"), py::arg("height"),
-        py::arg("near_plane"), py::arg("far_plane"), py::arg("sh_degree"), py::arg("radii"),
-        py::arg("conics"), py::arg("v_means2d"), py::arg("v_conics"), py::arg("v_feats"),
-        py::arg("v_depths"), py::arg("stored"));
+        py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("opacities"),
+        py::arg("coeffs"), py::arg("rest"), py::arg("viewmats"), py::arg("Ks"), py::arg("width"),
+        py::arg("height"), py::arg("near_plane"), py::arg("far_plane"), py::arg("sh_degree"),
+        py::arg("radii"), py::arg("conics"), py::arg("v_means2d"), py::arg("v_conics"),
+        py::arg("v_feats"), py::arg("v_depths"), py::arg("v_opacities_cam"), py::arg("stored"),
+        py::arg("antialiased"));
   m.def("bin_splats", &gsnb::bin_splats, "sort splat-tile intersections by tile and depth",
         py::arg("means2d"), py::arg("conics"), py::arg("opacities"), py::arg("depths"),
         py::arg("radii"), py::arg("tiles"), py::arg("width"), py::arg("height"), py::arg("stored"));

@@ -12,27 +12,33 @@ namespace gsnb {
 // the kernels apply exp and the sigmoid and return gradients of the stored values.
 
 // -> means2d [C,N,2], conics [C,N,3], depths [C,N], radii [C,N,2] int32, feats [C,N,3|4]
-//    (rgb, and depth when with_depth), tiles [C,N] int32 (tiles each splat touches).
+//    (rgb, and depth when with_depth), tiles [C,N] int32 (tiles each splat touches),
+//    opacities_cam [C,N] (antialiased: each splat's activated opacity times its
+//    compensation sqrt(det(S) / det(S + 0.3 I)); empty otherwise).
 //    coeffs: RGB [N,3] (sh_degree -1) or SH [N,K,3]; with rest [N,KR,3] (optional) the SH
 //    coefficients are coeffs' K followed by rest's KR (3DGS's sh0 and shN).
 std::vector<at::Tensor> project_forward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
     const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
     const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
-    double near_plane, double far_plane, int64_t sh_degree, bool with_depth, bool stored);
+    double near_plane, double far_plane, int64_t sh_degree, bool with_depth, bool stored,
+    bool antialiased);
 
 // -> v_means [N,3], v_quats [N,4], v_scales [N,3], v_coeffs (shape of coeffs), v_rest (shape
-//    of rest; empty without).
+//    of rest; empty without), v_opacities [N] (antialiased, from v_opacities_cam [C,N]; empty
+//    otherwise, where opacities and v_opacities_cam are not read).
 std::vector<at::Tensor> project_backward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
-    const at::Tensor& coeffs, const std::optional<at::Tensor>& rest, const at::Tensor& viewmats,
-    const at::Tensor& Ks, int64_t width, int64_t height, double near_plane, double far_plane,
-    int64_t sh_degree, const at::Tensor& radii, const at::Tensor& conics,
-    const at::Tensor& v_means2d, const at::Tensor& v_conics, const at::Tensor& v_feats,
-    const at::Tensor& v_depths, bool stored);
+    const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
+    const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
+    double near_plane, double far_plane, int64_t sh_degree, const at::Tensor& radii,
+    const at::Tensor& conics, const at::Tensor& v_means2d, const at::Tensor& v_conics,
+    const at::Tensor& v_feats, const at::Tensor& v_depths, const at::Tensor& v_opacities_cam,
+    bool stored, bool antialiased);
 
 // -> tile offsets [C, tiles_y, tiles_x] int32, splat ids [M] int32 (flat index c * N + n),
-//    sorted by camera, tile and depth.
+//    sorted by camera, tile and depth. Here and in rasterize_*, opacities are [N], or [C,N]
+//    per camera (antialiased mode).
 std::vector<at::Tensor> bin_splats(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& opacities,
     const at::Tensor& depths, const at::Tensor& radii, const at::Tensor& tiles, int64_t width,
@@ -46,7 +52,7 @@ std::vector<at::Tensor> rasterize_forward(
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
     int64_t width, int64_t height, const std::optional<at::Tensor>& backgrounds, bool stored);
 
-// -> v_means2d [C,N,2], v_conics [C,N,3], v_feats [C,N,3|4], v_opacities [N] (+ |v_means2d|
+// -> v_means2d [C,N,2], v_conics [C,N,3], v_feats [C,N,3|4], v_opacities [N] or [C,N] (+ |v_means2d|
 //    summed per pixel [C,N,2] when absgrad).
 std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,

@@ -47,6 +47,7 @@ struct Splat {
   float covc[3][3];  // camera-space 3D covariance
   float a, b, c;     // 2D covariance with the low-pass
   float det;
+  float a_raw, c_raw;  // its diagonal before the low-pass (read in antialiased mode only)
 };
 
 __device__ __forceinline__ bool compute_splat(
@@ -112,7 +113,18 @@ __device__ __forceinline__ bool compute_splat(
   sp.b = jc[0][0] * sp.J[1][0] + jc[0][1] * sp.J[1][1] + jc[0][2] * sp.J[1][2];
   sp.c = jc[1][0] * sp.J[1][0] + jc[1][1] * sp.J[1][1] + jc[1][2] * sp.J[1][2] + kLowpass;
   sp.det = sp.a * sp.c - sp.b * sp.b;
+  // Dead code (removed by the compiler) unless the antialiased kernels read it.
+  sp.a_raw = jc[0][0] * sp.J[0][0] + jc[0][1] * sp.J[0][1] + jc[0][2] * sp.J[0][2];
+  sp.c_raw = jc[1][0] * sp.J[1][0] + jc[1][1] * sp.J[1][1] + jc[1][2] * sp.J[1][2];
   return sp.det > 0.f;
+}
+
+// Antialiased mode (gsplat's rasterize_mode="antialiased", Mip-Splatting's 2D filter): the
+// opacity factor sqrt(det(S) / det(S + kLowpass I)) of the 2D covariance S, so that the
+// low-pass blurs a splat without adding energy; 0 for a degenerate S.
+__device__ __forceinline__ float compensation_of(const Splat& sp) {
+  const float ratio = (sp.a_raw * sp.c_raw - sp.b * sp.b) / sp.det;
+  return ratio > 0.f ? sqrtf(ratio) : 0.f;
 }
 
 constexpr int kThreads = 128;
@@ -151,6 +163,9 @@ __device__ __forceinline__ void view_dir(const Camera& cam, const float* mean, f
     dir[i] = mean[i] + (cam.r[0][i] * cam.t[0] + cam.r[1][i] * cam.t[1] + cam.r[2][i] * cam.t[2]);
 }
 
+// AA: antialiased mode; opacities_cam [C, N] receives each splat's compensated opacity
+// (activated), which binning and rasterization then read in place of opacities [N].
+template <bool AA>
 __global__ void __launch_bounds__(kThreads) project_forward_kernel(
     int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
     const float* __restrict__ scales, const float* __restrict__ opacities, bool stored,
@@ -158,7 +173,7 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
     const float* __restrict__ viewmats, const float* __restrict__ Ks, int width, int height,
     float near_plane, float far_plane, float* __restrict__ means2d, float* __restrict__ conics,
     float* __restrict__ depths, int* __restrict__ radii, float* __restrict__ feats, int channels,
-    int* __restrict__ tiles) {
+    int* __restrict__ tiles, float* __restrict__ opacities_cam) {
   const int64_t total = (int64_t)num_cams * n;
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
@@ -174,6 +189,7 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
   conics[idx * 3] = conics[idx * 3 + 1] = conics[idx * 3 + 2] = 0.f;
   float* feat = feats + idx * channels;
   for (int ch = 0; ch < channels; ++ch) feat[ch] = 0.f;
+  if constexpr (AA) opacities_cam[idx] = 0.f;
 
   Splat sp;
   const bool ok = compute_splat(cam, means + gid * 3, quats + gid * 4, scales + gid * 3, stored,
@@ -181,7 +197,10 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
   depths[idx] = sp.p[2];
   if (!ok) return;
   float r2;
-  if (!extent2(opacity_of(opacities[gid], stored), &r2)) return;
+  float opacity = opacity_of(opacities[gid], stored);
+  // The culling and the box use the opacity the rasterizer will blend with (as gsplat).
+  if constexpr (AA) opacity *= compensation_of(sp);
+  if (!extent2(opacity, &r2)) return;
   const float rz = 1.f / sp.p[2];
   const float mx = cam.fx * sp.p[0] * rz + cam.cx;
   const float my = cam.fy * sp.p[1] * rz + cam.cy;
@@ -204,6 +223,7 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
   conics[idx * 3] = A;
   conics[idx * 3 + 1] = B;
   conics[idx * 3 + 2] = Cc;
+  if constexpr (AA) opacities_cam[idx] = opacity;
   if (channels == 4) feat[3] = sp.p[2];
 
   if (sh_degree < 0) {
@@ -246,10 +266,14 @@ __device__ __forceinline__ void stage_coeffs_out(
 
 // Gradients of one (camera, Gaussian) with respect to the Gaussian's parameters;
 // row receives the SH coefficient gradients (it holds the coefficients on entry).
+// AA: the splat's opacity was multiplied by comp = compensation_of(sp), whose gradient
+// is v_comp.
+template <bool AA>
 __device__ __forceinline__ void splat_backward(
     const Camera& cam, const Splat& sp, const float* mean, int sh_degree, float* row,
     const float* conic, const float* v_mean2d, const float* v_conic, const float* vf,
-    float v_depth, float* v_mean, float* v_quat, float* v_scale, float* v_rgb) {
+    float v_depth, float comp, float v_comp, float* v_mean, float* v_quat, float* v_scale,
+    float* v_rgb) {
   const float z = sp.p[2];
   const float rz = 1.f / z, rz2 = rz * rz, rz3 = rz2 * rz;
 
@@ -277,6 +301,20 @@ __device__ __forceinline__ void splat_backward(
   V[1][1] = -(qg10 * B + qg11 * Cc);
   const float sym = 0.5f * (V[0][1] + V[1][0]);
   V[0][1] = V[1][0] = sym;
+  if constexpr (AA) {
+    // comp^2 = det(S) / det(S + eI) with Q = (S + eI)^-1 the conic:
+    // d comp^2 / dS = (1 - comp^2) Q - e det(Q) I (gsplat's add_blur_vjp), and
+    // d comp = d comp^2 / (2 comp); a degenerate splat (comp 0) gets none.
+    if (comp > 0.f) {
+      const float k = 0.5f * v_comp / comp;
+      const float w = 1.f - comp * comp;
+      const float e_det = kLowpass * (A * Cc - B * B);
+      V[0][0] += k * (w * A - e_det);
+      V[0][1] += k * w * B;
+      V[1][0] += k * w * B;
+      V[1][1] += k * (w * Cc - e_det);
+    }
+  }
 
   // cov2d = J covc J^T: v_covc = J^T V J, v_J = 2 V J covc.
   float vJ[2][3];
@@ -369,9 +407,14 @@ __device__ __forceinline__ void splat_backward(
   for (int i = 0; i < 4; ++i) v_quat[i] = (vq[i] - dot * sp.q[i]) / sp.qnorm;
 }
 
+// AA: antialiased mode; v_opacities_cam [C, N] is the gradient of project_forward's
+// opacities_cam, which gives v_opacities [N] and, through the compensation, the shape's.
+template <bool AA>
 __global__ void __launch_bounds__(kThreads) project_backward_kernel(
     int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
-    const float* __restrict__ scales, bool stored, Coeffs cf,
+    const float* __restrict__ scales, const float* __restrict__ opacities,
+    const float* __restrict__ v_opacities_cam, float* __restrict__ v_opacities, bool stored,
+    Coeffs cf,
     int sh_degree, const float* __restrict__ viewmats, const float* __restrict__ Ks, int width,
     int height, float near_plane, float far_plane, const int* __restrict__ radii,
     const float* __restrict__ conics, const float* __restrict__ v_means2d,
@@ -398,6 +441,7 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
     Splat sp;
     float v_mean[3] = {0.f, 0.f, 0.f}, v_quat[4] = {0.f, 0.f, 0.f, 0.f};
     float v_scale[3] = {0.f, 0.f, 0.f}, v_rgb[3] = {0.f, 0.f, 0.f};
+    float v_opacity = 0.f;
     const bool active =
         radii[idx * 2] > 0 && compute_splat(cam, means + gid * 3, quats + gid * 4,
                                             scales + gid * 3, stored, width, height,
@@ -406,9 +450,18 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
       const float* vf = v_feats + idx * channels;
       const float v_depth =
           (v_depths != nullptr ? v_depths[idx] : 0.f) + (channels == 4 ? vf[3] : 0.f);
-      splat_backward(cam, sp, means + gid * 3, sh_degree, row, conics + idx * 3,
-                     v_means2d + idx * 2, v_conics + idx * 3, vf, v_depth, v_mean, v_quat,
-                     v_scale, v_rgb);
+      float comp = 0.f, v_comp = 0.f;
+      if constexpr (AA) {
+        // opacity_cam = o comp: each factor's gradient is the other's value.
+        const float o = opacity_of(opacities[gid], stored);
+        const float v_oc = v_opacities_cam[idx];
+        comp = compensation_of(sp);
+        v_comp = v_oc * o;
+        v_opacity = v_oc * comp * (stored ? o * (1.f - o) : 1.f);  // sigmoid' of a logit
+      }
+      splat_backward<AA>(cam, sp, means + gid * 3, sh_degree, row, conics + idx * 3,
+                         v_means2d + idx * 2, v_conics + idx * 3, vf, v_depth, comp, v_comp,
+                         v_mean, v_quat, v_scale, v_rgb);
       if (stored) {  // d exp(v) / dv = exp(v)
 #pragma unroll
         for (int i = 0; i < 3; ++i) v_scale[i] *= sp.s[i];
@@ -422,6 +475,7 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
     for (int i = 0; i < 4; ++i) put(v_quats + gid * 4 + i, v_quat[i], atomic);
 #pragma unroll
     for (int i = 0; i < 3; ++i) put(v_scales + gid * 3 + i, v_scale[i], atomic);
+    if constexpr (AA) put(v_opacities + gid, v_opacity, atomic);
     if (sh_degree < 0) {
 #pragma unroll
       for (int ch = 0; ch < 3; ++ch) put(v_head + gid * 3 + ch, v_rgb[ch], atomic);
@@ -456,7 +510,8 @@ std::vector<at::Tensor> project_forward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
     const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
     const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
-    double near_plane, double far_plane, int64_t sh_degree, bool with_depth, bool stored) {
+    double near_plane, double far_plane, int64_t sh_degree, bool with_depth, bool stored,
+    bool antialiased) {
   const c10::cuda::OptionalCUDAGuard guard(means.device());
   const int64_t n = means.size(0), c = viewmats.size(0);
   const Coeffs cf = coeffs_view(coeffs, rest);
@@ -468,26 +523,30 @@ std::vector<at::Tensor> project_forward(
   auto feats = at::empty({c, n, channels}, f);
   auto radii = at::empty({c, n, 2}, f.dtype(at::kInt));
   auto tiles = at::empty({c, n}, f.dtype(at::kInt));
+  auto opacities_cam = antialiased ? at::empty({c, n}, f) : at::empty({0}, f);
   if (c * n > 0) {
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    project_forward_kernel<<<blocks_for(c * n, kThreads), kThreads, 0, stream>>>(
+    auto kernel = antialiased ? project_forward_kernel<true> : project_forward_kernel<false>;
+    kernel<<<blocks_for(c * n, kThreads), kThreads, 0, stream>>>(
         c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
         opacities.data_ptr<float>(), stored, cf, sh_degree, viewmats.data_ptr<float>(),
         Ks.data_ptr<float>(), width, height, near_plane, far_plane, means2d.data_ptr<float>(),
         conics.data_ptr<float>(), depths.data_ptr<float>(), radii.data_ptr<int>(),
-        feats.data_ptr<float>(), channels, tiles.data_ptr<int>());
+        feats.data_ptr<float>(), channels, tiles.data_ptr<int>(),
+        antialiased ? opacities_cam.data_ptr<float>() : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return {means2d, conics, depths, radii, feats, tiles};
+  return {means2d, conics, depths, radii, feats, tiles, opacities_cam};
 }
 
 std::vector<at::Tensor> project_backward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
-    const at::Tensor& coeffs, const std::optional<at::Tensor>& rest, const at::Tensor& viewmats,
-    const at::Tensor& Ks, int64_t width, int64_t height, double near_plane, double far_plane,
-    int64_t sh_degree, const at::Tensor& radii, const at::Tensor& conics,
-    const at::Tensor& v_means2d, const at::Tensor& v_conics, const at::Tensor& v_feats,
-    const at::Tensor& v_depths, bool stored) {
+    const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
+    const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
+    double near_plane, double far_plane, int64_t sh_degree, const at::Tensor& radii,
+    const at::Tensor& conics, const at::Tensor& v_means2d, const at::Tensor& v_conics,
+    const at::Tensor& v_feats, const at::Tensor& v_depths, const at::Tensor& v_opacities_cam,
+    bool stored, bool antialiased) {
   const c10::cuda::OptionalCUDAGuard guard(means.device());
   const int64_t n = means.size(0), c = viewmats.size(0);
   const Coeffs cf = coeffs_view(coeffs, rest);
@@ -499,12 +558,20 @@ std::vector<at::Tensor> project_backward(
   auto v_coeffs = alloc(coeffs);
   // An empty rest [N, 0, 3] gets its (empty) gradient too; no rest, an unused placeholder.
   auto v_rest = rest.has_value() && rest->defined() ? alloc(*rest) : at::empty({0}, means.options());
+  if (antialiased)
+    TORCH_CHECK(v_opacities_cam.numel() == c * n && opacities.numel() == n,
+                "project_backward: antialiased mode needs opacities [N] and v_opacities_cam "
+                "[C, N], got ", opacities.sizes(), " and ", v_opacities_cam.sizes());
+  auto v_opacities = antialiased ? alloc(opacities) : at::empty({0}, means.options());
   if (c * n > 0) {
     const size_t smem = sh_degree >= 0 ? kThreads * ((sh_degree + 1) * (sh_degree + 1) * 3 + 1) * 4 : 0;
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    project_backward_kernel<<<blocks_for(c * n, kThreads), kThreads, smem, stream>>>(
-        c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(), stored,
-        cf, sh_degree, viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height,
+    auto kernel = antialiased ? project_backward_kernel<true> : project_backward_kernel<false>;
+    kernel<<<blocks_for(c * n, kThreads), kThreads, smem, stream>>>(
+        c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
+        antialiased ? opacities.data_ptr<float>() : nullptr,
+        antialiased ? v_opacities_cam.data_ptr<float>() : nullptr,
+        antialiased ? v_opacities.data_ptr<float>() : nullptr, stored, cf, sh_degree, viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height,
         near_plane, far_plane, radii.data_ptr<int>(), conics.data_ptr<float>(),
         v_means2d.data_ptr<float>(), v_conics.data_ptr<float>(), v_feats.data_ptr<float>(),
         v_feats.size(-1), v_depths.numel() > 0 ? v_depths.data_ptr<float>() : nullptr,
@@ -512,7 +579,7 @@ std::vector<at::Tensor> project_backward(
         v_coeffs.data_ptr<float>(), cf.rest_k > 0 ? v_rest.data_ptr<float>() : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return {v_means, v_quats, v_scales, v_coeffs, v_rest};
+  return {v_means, v_quats, v_scales, v_coeffs, v_rest, v_opacities};
 }
 
 }  // namespace gsnb

@@ -46,16 +46,17 @@ __device__ __forceinline__ TilePixel tile_pixel(const int* __restrict__ offsets,
 
 // Copies intersection k's splat into slot `at` of the block's shared batch: its mean and
 // opacity (x, y, o), its conic (a, b, c) and its CH features; returns its flat id c * N + n.
-// The opacity is per Gaussian (index g % n); `stored` takes it through the sigmoid.
+// The opacity is at index g % num_opacities: per Gaussian (N of them) or per camera and
+// Gaussian (C N, antialiased mode); `stored` takes it through the sigmoid.
 template <int CH>
 __device__ __forceinline__ int stage_splat(
-    int k, int at, int n, bool stored, const int* __restrict__ flat_ids,
+    int k, int at, int num_opacities, bool stored, const int* __restrict__ flat_ids,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities, float3* s_xyo,
     float3* s_conic, float* s_feat) {
   const int g = flat_ids[k];
   const float2 xy = means2d[g];
-  s_xyo[at] = make_float3(xy.x, xy.y, opacity_of(opacities[g % n], stored));
+  s_xyo[at] = make_float3(xy.x, xy.y, opacity_of(opacities[g % num_opacities], stored));
   s_conic[at] = conics[g];
 #pragma unroll
   for (int ch = 0; ch < CH; ++ch) s_feat[at * CH + ch] = feats[(int64_t)g * CH + ch];

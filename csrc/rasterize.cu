@@ -22,7 +22,7 @@ constexpr int kGradStride = 13;
 
 template <int CH>
 __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
-    int num_cams, int n, int width, int height, int tiles_x, int tiles_y, int m,
+    int num_cams, int num_opacities, int width, int height, int tiles_x, int tiles_y, int m,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities, bool stored,
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     if (__syncthreads_count(done) == kBlock) break;
     const int k = base + p.tr;
     if (k < p.end)
-      stage_splat<CH>(k, p.tr, n, stored, flat_ids, means2d, conics, feats, opacities, s_xyo,
+      stage_splat<CH>(k, p.tr, num_opacities, stored, flat_ids, means2d, conics, feats, opacities, s_xyo,
                       s_conic, s_feat);
     __syncthreads();
     const int count = min(kBlock, p.end - base);
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
 
 template <int CH>
 __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
-    int num_cams, int n, int width, int height, int tiles_x, int tiles_y, int m,
+    int num_cams, int num_opacities, int width, int height, int tiles_x, int tiles_y, int m,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities, bool stored,
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
     __syncthreads();
     const int k = top - 1 - tr;
     if (k >= p.start)
-      s_id[tr] = stage_splat<CH>(k, tr, n, stored, flat_ids, means2d, conics, feats, opacities,
+      s_id[tr] = stage_splat<CH>(k, tr, num_opacities, stored, flat_ids, means2d, conics, feats, opacities,
                                  s_xyo, s_conic, s_feat);
 #pragma unroll
     for (int s2 = 0; s2 < kGradStride; ++s2) s_grad[tr * kGradStride + s2] = 0.f;
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
       dst[4] = dst[2] + 2;
 #pragma unroll
       for (int ch = 0; ch < CH; ++ch) dst[5 + ch] = v_feats + (int64_t)g * CH + ch;
-      dst[5 + CH] = v_opacities + g % n;
+      dst[5 + CH] = v_opacities + g % num_opacities;
       if (v_means2d_abs != nullptr) {
         dst[6 + CH] = v_means2d_abs + (int64_t)g * 2;
         dst[7 + CH] = dst[6 + CH] + 1;
@@ -211,13 +211,22 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
   }
 }
 
+// Opacities are per Gaussian [N] (read at flat id % N) or per camera [C, N] (at flat id).
+int64_t opacity_count(const at::Tensor& opacities, const at::Tensor& means2d) {
+  const int64_t n = means2d.size(1), count = opacities.numel();
+  TORCH_CHECK(count == n || count == means2d.size(0) * n,
+              "rasterize: opacities must be [N] or [C, N] with C, N = ", means2d.size(0), ", ", n,
+              ", got ", opacities.sizes());
+  return count;
+}
+
 template <int CH>
 void launch_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, bool stored, const at::Tensor& offsets,
     const at::Tensor& flat_ids, int64_t width, int64_t height, const float* background,
     at::Tensor& rgb, at::Tensor& depth, at::Tensor& alpha, at::Tensor& last_ids) {
-  const int64_t c = means2d.size(0), n = means2d.size(1);
+  const int64_t c = means2d.size(0), n = opacity_count(opacities, means2d);
   const int tiles_x = div_up(width, kTile), tiles_y = div_up(height, kTile);
   const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
   rasterize_forward_kernel<CH><<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(
@@ -239,7 +248,7 @@ void launch_backward(
     const at::Tensor& v_rgb,
     const at::Tensor& v_depth, const at::Tensor& v_alpha, at::Tensor& v_means2d,
     at::Tensor& v_conics, at::Tensor& v_feats, at::Tensor& v_opacities, float* v_abs) {
-  const int64_t c = means2d.size(0), n = means2d.size(1);
+  const int64_t c = means2d.size(0), n = opacity_count(opacities, means2d);
   const int tiles_x = div_up(width, kTile), tiles_y = div_up(height, kTile);
   const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
   rasterize_backward_kernel<CH><<<grid, block, 0, c10::cuda::getCurrentCUDAStream()>>>(

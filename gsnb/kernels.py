@@ -110,13 +110,16 @@ def project_forward(
     sh_degree: int,  # -1: coeffs are RGB
     with_depth: bool,
     stored: bool,
+    antialiased: bool,
 ) -> list[Tensor]:
     """EWA projection, colours and tile counts: ``[means2d [C, N, 2], conics [C, N, 3],
-    depths [C, N], radii [C, N, 2] int32, feats [C, N, 3 or 4 with depth], tiles [C, N] int32]``.
+    depths [C, N], radii [C, N, 2] int32, feats [C, N, 3 or 4 with depth], tiles [C, N] int32,
+    opacities_cam]``; ``opacities_cam`` ``[C, N]`` is each splat's opacity times its
+    compensation when ``antialiased``, else empty.
     """
     return require().project_forward(
         means, quats, scales, opacities, coeffs, rest, viewmats, Ks, width, height, near_plane,
-        far_plane, sh_degree, with_depth, stored,
+        far_plane, sh_degree, with_depth, stored, antialiased,
     )  # fmt: skip
 
 
@@ -125,6 +128,7 @@ def project_backward(
     means: Tensor,  # [N, 3]
     quats: Tensor,  # [N, 4]
     scales: Tensor,  # [N, 3]
+    opacities: Tensor,  # [N] (read when antialiased)
     coeffs: Tensor,  # [N, 3] or [N, K, 3]
     rest: Tensor | None,  # [N, K-1, 3] or None
     viewmats: Tensor,  # [C, 4, 4]
@@ -140,13 +144,17 @@ def project_backward(
     v_conics: Tensor,  # [C, N, 3]
     v_feats: Tensor,  # [C, N, 3 or 4]
     v_depths: Tensor,  # [C, N], or empty: zero
+    v_opacities_cam: Tensor,  # [C, N] when antialiased, else empty
     stored: bool,
+    antialiased: bool,
 ) -> list[Tensor]:
-    """Gradients of :func:`project_forward`: ``[v_means, v_quats, v_scales, v_coeffs, v_rest]``
-    (``v_rest`` empty without ``rest``)."""
+    """Gradients of :func:`project_forward`: ``[v_means, v_quats, v_scales, v_coeffs, v_rest,
+    v_opacities]`` (``v_rest`` empty without ``rest``, ``v_opacities`` ``[N]`` empty unless
+    ``antialiased``)."""
     return require().project_backward(
-        means, quats, scales, coeffs, rest, viewmats, Ks, width, height, near_plane, far_plane,
-        sh_degree, radii, conics, v_means2d, v_conics, v_feats, v_depths, stored,
+        means, quats, scales, opacities, coeffs, rest, viewmats, Ks, width, height, near_plane,
+        far_plane, sh_degree, radii, conics, v_means2d, v_conics, v_feats, v_depths,
+        v_opacities_cam, stored, antialiased,
     )  # fmt: skip
 
 
@@ -154,7 +162,7 @@ def bin_splats(
     *,
     means2d: Tensor,  # [C, N, 2]
     conics: Tensor,  # [C, N, 3]
-    opacities: Tensor,  # [N]
+    opacities: Tensor,  # [N], or [C, N] per camera
     depths: Tensor,  # [C, N]
     radii: Tensor,  # [C, N, 2] int32
     tiles: Tensor,  # [C, N] int32
@@ -174,7 +182,7 @@ def rasterize_forward(
     means2d: Tensor,  # [C, N, 2]
     conics: Tensor,  # [C, N, 3]
     feats: Tensor,  # [C, N, 3 or 4]
-    opacities: Tensor,  # [N]
+    opacities: Tensor,  # [N], or [C, N] per camera
     offsets: Tensor,  # [C, tiles_y, tiles_x] int32
     flat_ids: Tensor,  # [M] int32
     width: int,
@@ -194,7 +202,7 @@ def rasterize_backward(
     means2d: Tensor,  # [C, N, 2]
     conics: Tensor,  # [C, N, 3]
     feats: Tensor,  # [C, N, 3 or 4]
-    opacities: Tensor,  # [N]
+    opacities: Tensor,  # [N], or [C, N] per camera (its gradient has its shape)
     offsets: Tensor,  # [C, tiles_y, tiles_x] int32
     flat_ids: Tensor,  # [M] int32
     width: int,

@@ -17,6 +17,8 @@ from gsnb.raster.sh import eval_sh
 from gsnb.raster.validate import validate_inputs
 
 Backend = Literal["auto", "cuda", "reference"]
+RasterizeMode = Literal["classic", "antialiased"]
+RASTERIZE_MODES = ("classic", "antialiased")
 
 
 @dataclass
@@ -93,6 +95,7 @@ def render(
     absgrad: bool = False,
     with_depth: bool = True,
     check_values: bool = True,
+    rasterize_mode: RasterizeMode = "classic",
 ) -> RenderResult:
     """Render 3D Gaussians into ``C`` cameras, differentiably.
 
@@ -126,6 +129,11 @@ def render(
         with_depth: also blend depth; ``False`` skips that channel (faster, less
             memory) and leaves ``depth`` as ``None``.
         check_values: check for NaN/Inf and out-of-range values (one sync).
+        rasterize_mode: ``"classic"`` (default, 3DGS) or ``"antialiased"``: as gsplat's
+            option of that name (Mip-Splatting's 2D filter, Yu et al. 2024), each splat's
+            opacity is multiplied by ``sqrt(det(S) / det(S + 0.3 I))`` of its 2D covariance
+            ``S``, so the 0.3 px^2 low-pass blurs a small splat without brightening it
+            (no dilation when the view zooms out).
 
     Returns:
         A :class:`RenderResult` with ``rgb [C, H, W, 3]``, ``alpha [C, H, W, 1]``,
@@ -155,6 +163,7 @@ def render(
         _choose_backend(backend, means.device, means.dtype),
         (means, quats, scales, opacities, colors, None), viewmats, Ks, int(width), int(height),
         degree, backgrounds, near_plane, far_plane, absgrad, with_depth, stored=False,
+        antialiased=_antialiased(rasterize_mode),
     )  # fmt: skip
 
 
@@ -200,6 +209,7 @@ def render_splats(
     absgrad: bool = False,
     with_depth: bool = True,
     check_values: bool = True,
+    rasterize_mode: RasterizeMode = "classic",
 ) -> RenderResult:
     """Render Gaussians given as 3DGS stores and trains them, differentiably.
 
@@ -215,7 +225,7 @@ def render_splats(
             ``opacities [N]`` (logits), ``sh0 [N, 1, 3]`` and ``shN [N, K-1, 3]``
             (the SH coefficients past the first; K = 1, 4, 9 or 16).
         viewmats, Ks, width, height, sh_degree, backgrounds, near_plane, far_plane,
-        backend, absgrad, with_depth, check_values: as for :func:`render`.
+        backend, absgrad, with_depth, check_values, rasterize_mode: as for :func:`render`.
 
     Returns:
         A :class:`RenderResult`, as :func:`render` returns.
@@ -250,7 +260,16 @@ def render_splats(
         _choose_backend(backend, means.device, means.dtype),
         (means, quats, scales, opacities, sh0, shn), viewmats, Ks, int(width), int(height),
         degree, backgrounds, near_plane, far_plane, absgrad, with_depth, stored=True,
+        antialiased=_antialiased(rasterize_mode),
     )  # fmt: skip
+
+
+def _antialiased(rasterize_mode: str) -> bool:
+    if rasterize_mode not in RASTERIZE_MODES:
+        raise ValueError(
+            f"rasterize_mode must be one of {list(RASTERIZE_MODES)}, got {rasterize_mode!r}"
+        )
+    return rasterize_mode == "antialiased"
 
 
 def _dispatch(
@@ -268,6 +287,7 @@ def _dispatch(
     with_depth: bool,
     *,
     stored: bool,
+    antialiased: bool = False,
 ) -> RenderResult:
     """Render validated inputs with ``backend``; ``gaussians`` is ``(means, quats, scales,
     opacities, colors, rest)``, stored parameters (``colors`` = sh0, ``rest`` = shN) when
@@ -281,7 +301,7 @@ def _dispatch(
         rgb, alpha, depth, proj = cuda.render(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,
             degree, near_plane, far_plane, absgrad, with_depth, backgrounds if inside else None,
-            rest=rest, stored=stored,
+            rest=rest, stored=stored, antialiased=antialiased,
         )  # fmt: skip
         if inside:
             backgrounds = None
@@ -291,7 +311,7 @@ def _dispatch(
             scales, opacities, colors = a["scales"], a["opacities"], a["colors"]
         rgb, alpha, depth, proj = _render_reference(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,
-            degree, near_plane, far_plane, absgrad, with_depth,
+            degree, near_plane, far_plane, absgrad, with_depth, antialiased,
         )  # fmt: skip
     if backgrounds is not None:
         bg = backgrounds.expand(viewmats.shape[0], 3)[:, None, None, :]
@@ -321,10 +341,14 @@ def _render_reference(
     far_plane: float,
     absgrad: bool,
     with_depth: bool,
+    antialiased: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor | None, Projection]:
     proj = project(
-        means, quats, scales, opacities, viewmats, Ks, width, height, near_plane, far_plane
-    )
+        means, quats, scales, opacities, viewmats, Ks, width, height, near_plane, far_plane,
+        antialiased,
+    )  # fmt: skip
+    if proj.compensations is not None:
+        opacities = opacities[None] * proj.compensations  # [C, N]
     means2d = proj.means2d
     if means2d.requires_grad:
         means2d.retain_grad()

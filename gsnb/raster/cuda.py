@@ -39,6 +39,13 @@ class _Frame:
     sh_degree: int  # -1: the colours are RGB
     with_depth: bool
     stored: bool  # log-scales and opacity logits
+    antialiased: bool = False  # opacities times the compensation, per camera
+
+    @property
+    def stored_opacities(self) -> bool:
+        """Whether the rasterizer reads opacity logits: the antialiased mode hands it the
+        compensated opacities ``[C, N]``, already activated."""
+        return self.stored and not self.antialiased
 
 
 class _Project(torch.autograd.Function):
@@ -55,40 +62,50 @@ class _Project(torch.autograd.Function):
         Ks: Tensor,
         frame: _Frame,
     ) -> tuple[Tensor, ...]:
-        means2d, conics, depths, radii, feats, tiles = kernels.project_forward(
+        means2d, conics, depths, radii, feats, tiles, opacities_cam = kernels.project_forward(
             means=means, quats=quats, scales=scales, opacities=opacities, coeffs=coeffs,
             rest=rest, viewmats=viewmats, Ks=Ks, width=frame.width, height=frame.height,
             near_plane=frame.near_plane, far_plane=frame.far_plane, sh_degree=frame.sh_degree,
-            with_depth=frame.with_depth, stored=frame.stored,
+            with_depth=frame.with_depth, stored=frame.stored, antialiased=frame.antialiased,
         )  # fmt: skip
-        ctx.save_for_backward(means, quats, scales, coeffs, rest, viewmats, Ks, radii, conics)
+        ctx.save_for_backward(
+            means, quats, scales, opacities if frame.antialiased else None, coeffs, rest,
+            viewmats, Ks, radii, conics,
+        )  # fmt: skip
         ctx.frame = frame
         ctx.mark_non_differentiable(radii, tiles)
         # Unused outputs get no zero-filled gradient buffers (the kernels read them as zero).
         ctx.set_materialize_grads(False)
-        return means2d, conics, depths, radii, feats, tiles
+        return means2d, conics, depths, radii, feats, tiles, opacities_cam
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, v_means2d, v_conics, v_depths, _v_radii, v_feats, _v_tiles):  # type: ignore[override]
-        means, quats, scales, coeffs, rest, viewmats, Ks, radii, conics = ctx.saved_tensors
+    def backward(ctx: Any, v_means2d, v_conics, v_depths, _v_radii, v_feats, _v_tiles, v_opac):  # type: ignore[override]
+        means, quats, scales, opacities, coeffs, rest, viewmats, Ks, radii, conics = (
+            ctx.saved_tensors
+        )
         frame: _Frame = ctx.frame
         channels = 4 if frame.with_depth else 3
-        v_means, v_quats, v_scales, v_coeffs, v_rest = kernels.project_backward(
-            means=means, quats=quats, scales=scales, coeffs=coeffs, rest=rest, viewmats=viewmats,
-            Ks=Ks, width=frame.width, height=frame.height, near_plane=frame.near_plane,
-            far_plane=frame.far_plane, sh_degree=frame.sh_degree, radii=radii, conics=conics,
+        aa = frame.antialiased
+        v_means, v_quats, v_scales, v_coeffs, v_rest, v_opacities = kernels.project_backward(
+            means=means, quats=quats, scales=scales,
+            opacities=opacities if aa else _grad(None, None, radii), coeffs=coeffs, rest=rest,
+            viewmats=viewmats, Ks=Ks, width=frame.width, height=frame.height,
+            near_plane=frame.near_plane, far_plane=frame.far_plane, sh_degree=frame.sh_degree,
+            radii=radii, conics=conics,
             v_means2d=_grad(v_means2d, (*radii.shape[:2], 2), radii),
             v_conics=_grad(v_conics, (*radii.shape[:2], 3), radii),
             v_feats=_grad(v_feats, (*radii.shape[:2], channels), radii),
-            v_depths=_grad(v_depths, None, radii), stored=frame.stored,
+            v_depths=_grad(v_depths, None, radii),
+            v_opacities_cam=_grad(v_opac, radii.shape[:2] if aa else None, radii),
+            stored=frame.stored, antialiased=aa,
         )  # fmt: skip
         needs = ctx.needs_input_grad
         return (
             v_means if needs[0] else None,
             v_quats if needs[1] else None,
             v_scales if needs[2] else None,
-            None,
+            v_opacities if aa and needs[3] else None,
             v_coeffs if needs[4] else None,
             v_rest if needs[5] else None,
             None,
@@ -116,7 +133,7 @@ class _Rasterize(torch.autograd.Function):
         rgb, depth, alpha, last_ids = kernels.rasterize_forward(
             means2d=means2d, conics=conics, feats=feats, opacities=opacities, offsets=offsets,
             flat_ids=flat_ids, width=frame.width, height=frame.height, backgrounds=backgrounds,
-            stored=frame.stored,
+            stored=frame.stored_opacities,
         )  # fmt: skip
         # The backgrounds (no gradient) are saved too, so an in-place change before the
         # backward pass is caught.
@@ -142,7 +159,7 @@ class _Rasterize(torch.autograd.Function):
             flat_ids=flat_ids, width=frame.width, height=frame.height, alpha=alpha, depth=depth,
             last_ids=last_ids, v_rgb=_grad(v_rgb, (*alpha.shape[:3], 3), alpha),
             v_depth=_grad(v_depth, None, alpha), v_alpha=_grad(v_alpha, None, alpha),
-            absgrad=sink is not None, backgrounds=bg, stored=frame.stored,
+            absgrad=sink is not None, backgrounds=bg, stored=frame.stored_opacities,
         )  # fmt: skip
         if sink is not None:
             sink.add_(grads[4])
@@ -178,6 +195,7 @@ def render(
     *,
     rest: Tensor | None = None,
     stored: bool = False,
+    antialiased: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor | None, Projection]:
     """Render with the CUDA kernels; arguments are validated by :func:`gsnb.render`.
 
@@ -185,6 +203,8 @@ def render(
     the rasterizer: ``rgb = blend + (1 - alpha) * background``. ``stored``: the
     scales are log-scales and the opacities logits (:func:`gsnb.render_splats`);
     ``rest`` ``[N, K-1, 3]``: the SH coefficients after ``colors`` ``[N, 1, 3]``.
+    ``antialiased``: gsplat's ``rasterize_mode="antialiased"`` (the projection hands the
+    rasterizer each splat's compensated opacity ``[C, N]``).
     """
     if backgrounds is not None and backgrounds.requires_grad:
         raise ValueError("the rasterizer composites constant backgrounds only; detach them")
@@ -207,16 +227,19 @@ def render(
         sh_degree=-1 if degree is None else degree,
         with_depth=with_depth,
         stored=stored,
+        antialiased=antialiased,
     )
-    means2d, conics, depths, radii, feats, tiles = _Project.apply(
+    means2d, conics, depths, radii, feats, tiles, opacities_cam = _Project.apply(
         means, quats, scales, opacities, coeffs, rest, viewmats, Ks, frame
     )
+    if antialiased:
+        opacities = opacities_cam  # [C, N], activated: the rasterizer reads no logits
     if means2d.requires_grad:
         means2d.retain_grad()
     offsets, flat_ids = kernels.bin_splats(
         means2d=means2d.detach(), conics=conics.detach(), opacities=opacities.detach(),
         depths=depths.detach(), radii=radii, tiles=tiles, width=width, height=height,
-        stored=stored,
+        stored=frame.stored_opacities,
     )  # fmt: skip
     sink = None
     if absgrad:

@@ -23,6 +23,9 @@ class Projection(NamedTuple):
     conics: Tensor  # [C, N, 3] inverse 2D covariance (a, b, c): [[a, b], [b, c]]
     depths: Tensor  # [C, N] view-space z
     radii: Tensor  # [C, N, 2] int32 half extents of the bounding box in px, 0 where culled
+    # [C, N] opacity factor of the antialiased mode (sqrt(det(cov2d) / det(cov2d + 0.3 I))),
+    # None in the classic mode
+    compensations: Tensor | None = None
 
 
 def quat_to_rotmat(quats: Tensor) -> Tensor:
@@ -61,12 +64,17 @@ def project(
     height: int,
     near_plane: float,
     far_plane: float,
+    antialiased: bool = False,
 ) -> Projection:
     """Project Gaussians into every camera (EWA splatting with a 0.3 px^2 low-pass).
 
     A splat is culled (radius 0) when its depth is outside ``(near, far)``, its
     opacity is below 1/255, or the box of pixels where its alpha can reach
-    1/255 misses the image.
+    1/255 misses the image. With ``antialiased`` (gsplat's ``rasterize_mode=
+    "antialiased"``, Mip-Splatting's 2D filter) the projection also returns each
+    splat's ``compensations [C, N]``, ``sqrt(max(det(S) / det(S + 0.3 I), 0))`` of its 2D
+    covariance ``S``, the factor on its opacity that keeps the low-pass from adding
+    energy; the culling then uses the compensated opacity.
     """
     rot = viewmats[:, None, :3, :3]  # [C, 1, 3, 3]
     means_c = (rot @ means[None, :, :, None])[..., 0] + viewmats[:, None, :3, 3]  # [C, N, 3]
@@ -98,15 +106,27 @@ def project(
     conics = torch.stack([c / det_safe, -b / det_safe, a / det_safe], dim=-1)
     means2d = torch.stack([fx * x / zs + cx, fy * y / zs + cy], dim=-1)
 
-    radii = splat_radii(means2d.detach(), a.detach(), c.detach(), opacities.detach(), width, height)
+    compensations = None
+    culling = opacities.detach()
+    if antialiased:
+        ratio = (cov2d[..., 0, 0] * cov2d[..., 1, 1] - b * b) / det_safe
+        # sqrt's gradient is infinite at 0: a degenerate splat gets none (it draws nothing).
+        positive = valid & (ratio > 0)
+        compensations = torch.where(
+            positive, torch.sqrt(torch.where(positive, ratio, torch.ones_like(ratio))), 0.0
+        )
+        culling = culling[None] * compensations.detach()
+    radii = splat_radii(means2d.detach(), a.detach(), c.detach(), culling, width, height)
     radii = torch.where(valid[..., None], radii, torch.zeros_like(radii))
-    return Projection(means2d, conics, z, radii)
+    return Projection(means2d, conics, z, radii, compensations)
 
 
 def splat_radii(
     means2d: Tensor, cov_xx: Tensor, cov_yy: Tensor, opacities: Tensor, width: int, height: int
 ) -> Tensor:
     """Half extents ``[C, N, 2]`` (int32) of the boxes where alpha can reach 1/255.
+
+    ``opacities`` is ``[N]``, or ``[C, N]`` when it differs per camera (antialiased mode).
 
     alpha = o * exp(-d^T S^-1 d / 2) >= 1/255 holds inside the ellipse
     d^T S^-1 d <= 2 ln(255 o), whose box has half extents sqrt(2 ln(255 o) S_ii).
@@ -115,14 +135,16 @@ def splat_radii(
     a splat's summed screen-space gradient by the views that saw it, and its
     default thresholds were set with this count.
     """
+    if opacities.dim() == 1:
+        opacities = opacities[None]  # [1, N]
     log_ratio = torch.log(opacities.clamp_min(1e-30)) - math.log(ALPHA_MIN)
-    extend2 = (2.0 * log_ratio).clamp_min(0.0)[None]  # [1, N]
+    extend2 = (2.0 * log_ratio).clamp_min(0.0)
     # At least 1 px: an opacity of exactly 1/255 still reaches the threshold at its centre.
     rx = torch.ceil(torch.sqrt(extend2 * cov_xx)).clamp(1, 2**30)
     ry = torch.ceil(torch.sqrt(extend2 * cov_yy)).clamp(1, 2**30)
     mx, my = means2d[..., 0], means2d[..., 1]
     hits = (
-        (opacities[None] >= ALPHA_MIN)  # the compositing's own test, in the same dtype
+        (opacities >= ALPHA_MIN)  # the compositing's own test, in the same dtype
         & torch.isfinite(rx)
         & torch.isfinite(ry)
         & (mx + rx > 0)

@@ -138,7 +138,8 @@ def rasterize(
     Args:
         means2d: ``[C, N, 2]``; conics: ``[C, N, 3]``; feats: ``[C, N, D]``
             features to blend (colours, and depth as a last channel);
-        opacities: ``[N]``; depths: ``[C, N]`` sort keys; radii: ``[C, N, 2]``.
+        opacities: ``[N]``, or ``[C, N]`` per camera; depths: ``[C, N]`` sort keys;
+        radii: ``[C, N, 2]``.
         absgrad_sink: optional ``[C, N, 2]`` buffer that the backward pass fills
             with the sum over pixels of |d loss / d means2d|.
 
@@ -150,8 +151,9 @@ def rasterize(
     alphas = []
     for cam in range(num_cams):
         sink = None if absgrad_sink is None else absgrad_sink[cam]
+        opacity = opacities[cam] if opacities.dim() == 2 else opacities
         image, alpha = _rasterize_camera(
-            means2d[cam], conics[cam], feats[cam], opacities, depths[cam], radii[cam],
+            means2d[cam], conics[cam], feats[cam], opacity, depths[cam], radii[cam],
             width, height, sink,
         )  # fmt: skip
         images.append(image.reshape(height, width, dim))

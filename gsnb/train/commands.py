@@ -25,6 +25,7 @@ import torch
 from gsnb.data.dataset import SceneDataset
 from gsnb.train.config import TrainConfig
 from gsnb.train.estimate import RunTimeEstimate, backend_text
+from gsnb.train.filter3d import exported_model
 from gsnb.train.metrics_file import write_metrics
 from gsnb.train.options import (
     add_config_options,
@@ -308,7 +309,7 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
     files["checkpoint"] = str(final_checkpoint(trainer, out))
     from gsnb.export.ply import write_ply
 
-    write_ply(out / PLY_NAME, trainer.model.splats)
+    write_ply(out / PLY_NAME, exported_model(trainer).splats)
     files["ply"] = str(out / PLY_NAME)
     files["metrics"] = str(write_metrics(out, trainer.history, trainer.leg_start_step))
     files["summary"] = str(out / "summary.json")
@@ -545,4 +546,5 @@ def demo_video(trainer: Trainer, out: Path, size: int, frames: int) -> Path:
     big = 4 * size
     options = VideoOptions(size=(big, big), render_size=(size, size), frames=frames)
     with torch.no_grad():
-        return make_video(trainer.model, out / VIDEO_NAME, options, data=trainer.dataset)
+        model = exported_model(trainer)
+        return make_video(model, out / VIDEO_NAME, options, data=trainer.dataset)

@@ -86,6 +86,13 @@ class TrainConfig:
             default).
         cache_dir: folder for processed (undistorted, downscaled) images; None: a folder
             of the user cache directory named after the dataset (default).
+        rasterize_mode: ``"classic"`` (3DGS's) or ``"antialiased"``: gsplat's option
+            of that name (Mip-Splatting's 2D filter with opacity compensation, Yu et al.
+            2024), for training, evaluation and the live views alike. Live.
+        filter3d: Mip-Splatting's 3D smoothing filter (Yu et al. 2024): each Gaussian is
+            widened by the variance ``0.2 / rate^2`` of the highest sampling rate
+            ``focal / depth`` at which a training camera sees it, with its opacity
+            compensated; the exported PLY has it baked in (default False). Live.
     """
 
     data: str | None = None
@@ -123,6 +130,8 @@ class TrainConfig:
     out_dir: str | None = None
     images_on: str = knob("auto", choices=("auto", "gpu", "cpu"), live=False)
     cache_dir: str | None = None
+    rasterize_mode: str = knob("classic", choices=("classic", "antialiased"))
+    filter3d: bool = knob(False)
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from gsnb.model import GaussianModel
 from gsnb.raster import RenderResult, render, render_splats
+from gsnb.train.filter3d import apply_filter3d
 
 Renderer = Callable[..., RenderResult]
 
@@ -67,23 +68,32 @@ def render_model(
     sh_degree: int | None = None,
     background: Tensor | None = None,
     absgrad: bool = False,
+    rasterize_mode: str = "classic",
+    filter3d: Tensor | None = None,
 ) -> RenderResult:
     """Render ``model`` from cameras ``viewmats [C, 4, 4]``, ``Ks [C, 3, 3]`` with ``renderer``.
 
     A :class:`BackendRenderer` gets the stored parameters; any other renderer the
     activated ones (linear scales, opacities in [0, 1], SH colours).
-    ``background [3]`` is composited under the splats. See :class:`BackendRenderer`
-    for an example.
+    ``background [3]`` is composited under the splats. ``rasterize_mode``: as for
+    :func:`gsnb.render` (passed to a renderer only when not ``"classic"``, so that any
+    renderer works in the classic mode). ``filter3d``: ``[N]`` variances of the 3D
+    filter (:mod:`gsnb.train.filter3d`) applied to the activated scales and opacities.
+    See :class:`BackendRenderer` for an example.
     """
-    if isinstance(renderer, BackendRenderer):
+    mode = {} if rasterize_mode == "classic" else {"rasterize_mode": rasterize_mode}
+    if isinstance(renderer, BackendRenderer) and filter3d is None:
         return renderer.render_splats(
             model.splats, viewmats, Ks, width, height, sh_degree=sh_degree,
-            backgrounds=background, absgrad=absgrad,
+            backgrounds=background, absgrad=absgrad, **mode,
         )  # fmt: skip
     a = model.activated()
+    scales, opacities = a["scales"], a["opacities"]
+    if filter3d is not None:
+        scales, opacities = apply_filter3d(scales, opacities, filter3d)
     return renderer(
-        a["means"], a["quats"], a["scales"], a["opacities"], a["colors"], viewmats, Ks,
-        width, height, sh_degree=sh_degree, backgrounds=background, absgrad=absgrad,
+        a["means"], a["quats"], scales, opacities, a["colors"], viewmats, Ks,
+        width, height, sh_degree=sh_degree, backgrounds=background, absgrad=absgrad, **mode,
     )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from gsnb.train import regularizers
 from gsnb.train.config import TrainConfig
 from gsnb.train.control import TrainingControl
 from gsnb.train.evaluation import EvalResult, evaluate_views
+from gsnb.train.filter3d import Filter3D
 from gsnb.train.health import HealthMonitor, health_sums, signals_from_sums
 from gsnb.train.inputs import PREFETCH, ViewImages, ViewOrder, initial_model, step_background
 from gsnb.train.interrupts import InterruptGuard
@@ -164,6 +165,7 @@ class Trainer(TrainingControl):
             self.model.sh_degree,
         )
         self.train_images = ViewImages(dataset.train, self.device, progress, images_on)
+        self.filter3d = Filter3D(dataset.train)  # used while config.filter3d is on
         self._test_images: ViewImages | None = None
         self.background = torch.tensor(dataset.background, dtype=torch.float32, device=self.device)
         self.model.background = checked_background(dataset.background)  # saved with it
@@ -519,9 +521,12 @@ class Trainer(TrainingControl):
         background: Tensor,
         absgrad: bool,
     ) -> RenderResult:
+        cfg = self.config
+        variances = self.filter3d.variances(self.model.splats, self._step) if cfg.filter3d else None
         return render_model(
             self.model, self.renderer, viewmat, K, width, height,
             sh_degree=degree, background=background, absgrad=absgrad,
+            rasterize_mode=cfg.rasterize_mode, filter3d=variances,
         )  # fmt: skip
 
     @torch.no_grad()

@@ -1,0 +1,194 @@
+"""Mip-Splatting's 3D smoothing filter (Yu et al. 2024, "Mip-Splatting: Alias-free 3D
+Gaussian Splatting").
+
+A Gaussian smaller than the finest pixel footprint any training camera has on it cannot be
+constrained by the photos, and shows as aliasing when the view zooms in. The filter widens
+each Gaussian by a 3D low-pass of the variance ``0.2 / rate^2``, ``rate = focal / depth``
+being the highest sampling rate (pixels per unit length) among the training cameras that see
+it (in front of the camera and inside its image, with Mip-Splatting's 15% margin); a
+Gaussian no camera sees gets no filter. The filtered Gaussian keeps its energy:
+
+    scales' = sqrt(scales^2 + variance),
+    opacity' = opacity * sqrt(prod(scales^2) / prod(scales^2 + variance)).
+
+The variances depend on the means only; :class:`Filter3D` recomputes them when the
+Gaussians change (densification) and otherwise every ``every`` steps, as Mip-Splatting's
+trainer does, and training renders through the filtered Gaussians.
+
+Example:
+    >>> import torch
+    >>> K = torch.tensor([[[100.0, 0, 50], [0, 100, 50], [0, 0, 1]]])
+    >>> means = torch.tensor([[0.0, 0.0, 2.0], [0.0, 0.0, -2.0]])  # in front, behind
+    >>> v = filter3d_variances(means, torch.eye(4)[None], K, [100], [100])
+    >>> [round(x, 10) for x in v.tolist()]  # rate 100 / 2 px per unit: 0.2 / 50^2
+    [8e-05, 0.0]
+    >>> scales, opacities = apply_filter3d(torch.full((1, 3), 0.01), torch.tensor([0.5]),
+    ...                                    torch.tensor([3e-4]))
+    >>> round(scales[0, 0].item(), 4), round(opacities.item(), 4)
+    (0.02, 0.0625)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gsnb.model import GaussianModel
+from gsnb.raster.api import SPLAT_KEYS, activate_splats
+
+FILTER_VARIANCE = 0.2
+"""Mip-Splatting's 3D filter variance in units of the squared pixel footprint (its
+``filter_3D = sqrt(0.2) * depth / focal`` standard deviation)."""
+
+SCREEN_MARGIN = 0.15
+"""A centre up to this fraction of the image size outside it still counts as seen
+(Mip-Splatting's ``compute_3D_filter``)."""
+
+RECOMPUTE_EVERY = 100
+"""Steps between recomputations while the Gaussians keep their number (Mip-Splatting: 100)."""
+
+
+@torch.no_grad()
+def filter3d_variances(
+    means: Tensor,
+    viewmats: Tensor,
+    Ks: Tensor,
+    widths: Sequence[int],
+    heights: Sequence[int],
+    near_plane: float = 0.01,
+) -> Tensor:
+    """The 3D filter's variance ``[N]`` of each Gaussian (0 where no camera sees it).
+
+    Args:
+        means: ``[N, 3]`` centres in world space.
+        viewmats: ``[C, 4, 4]`` world-to-camera matrices of the training cameras.
+        Ks: ``[C, 3, 3]`` their intrinsics (the sampling rate uses ``fx``, as Mip-Splatting).
+        widths, heights: the image size of each camera.
+        near_plane: centres at a depth up to this are not in front of a camera.
+
+    Returns:
+        ``[N]`` ``0.2 / max_rate^2`` with ``rate = fx / depth`` over the cameras where the
+        centre is in front and inside the image (15% margin); 0 where it is in none.
+    """
+    means = means.detach()
+    best = torch.zeros(means.shape[0], dtype=means.dtype, device=means.device)
+    if len(widths) != viewmats.shape[0] or len(heights) != viewmats.shape[0]:
+        raise ValueError(
+            f"one width and height per camera: {viewmats.shape[0]} cameras, "
+            f"{len(widths)} widths, {len(heights)} heights"
+        )
+    viewmats, Ks = viewmats.to(means), Ks.to(means)
+    for viewmat, K, width, height in zip(viewmats, Ks, widths, heights, strict=True):
+        p = means @ viewmat[:3, :3].T + viewmat[:3, 3]
+        z = p[:, 2]
+        zs = z.clamp_min(near_plane)
+        u = K[0, 0] * p[:, 0] / zs + K[0, 2]
+        v = K[1, 1] * p[:, 1] / zs + K[1, 2]
+        seen = (z > near_plane) & (u >= -SCREEN_MARGIN * width) & (u <= (1 + SCREEN_MARGIN) * width)
+        seen &= (v >= -SCREEN_MARGIN * height) & (v <= (1 + SCREEN_MARGIN) * height)
+        best = torch.where(seen, torch.maximum(best, K[0, 0] / zs), best)
+    return torch.where(best > 0, FILTER_VARIANCE / best.clamp_min(1e-30) ** 2, 0.0)
+
+
+def apply_filter3d(scales: Tensor, opacities: Tensor, variances: Tensor) -> tuple[Tensor, Tensor]:
+    """Filtered ``scales [N, 3]`` (linear) and ``opacities [N]`` (in [0, 1]), differentiably.
+
+    ``scales' = sqrt(scales^2 + variances)`` and ``opacities' = opacities *
+    sqrt(prod(scales^2 / (scales^2 + variances)))``; ``variances [N]`` has no gradient.
+    See the module example.
+    """
+    s2 = scales * scales
+    widened = s2 + variances.detach()[:, None]
+    # The product of ratios in [0, 1] neither overflows nor underflows early.
+    return torch.sqrt(widened), opacities * torch.sqrt(torch.prod(s2 / widened, dim=-1))
+
+
+def bake_filter3d(splats: Mapping[str, Tensor], variances: Tensor) -> dict[str, Tensor]:
+    """Stored parameters (log-scales, opacity logits, ...) with the filter applied, detached:
+    what a PLY file holds so that other viewers draw what gsnb draws.
+
+    Example:
+        >>> import torch
+        >>> splats = {"means": torch.zeros(1, 3), "quats": torch.tensor([[1.0, 0, 0, 0]]),
+        ...     "scales": torch.full((1, 3), -4.0), "opacities": torch.zeros(1),
+        ...     "sh0": torch.zeros(1, 1, 3), "shN": torch.zeros(1, 0, 3)}
+        >>> baked = bake_filter3d(splats, torch.tensor([1e-3]))
+        >>> baked["scales"][0, 0].item() > -4.0, baked["opacities"].item() < 0.0
+        (True, True)
+    """
+    with torch.no_grad():
+        a = activate_splats(splats)
+        scales, opacities = apply_filter3d(a["scales"], a["opacities"], variances)
+        baked = {k: splats[k].detach().clone() for k in SPLAT_KEYS}
+        baked["scales"] = torch.log(scales)
+        baked["opacities"] = torch.logit(opacities)
+    return baked
+
+
+class Filter3D:
+    """The 3D filter of a model seen by fixed training cameras, kept up to date.
+
+    Args:
+        views: the training views (each with ``viewmat [4, 4]``, ``K [3, 3]``, ``width``,
+            ``height``).
+        every: steps between recomputations while the Gaussians keep their tensors.
+
+    Example:
+        >>> import torch
+        >>> from types import SimpleNamespace
+        >>> view = SimpleNamespace(viewmat=torch.eye(4), K=torch.tensor(
+        ...     [[100.0, 0, 50], [0, 100, 50], [0, 0, 1]]), width=100, height=100)
+        >>> f = Filter3D([view])
+        >>> splats = {"means": torch.tensor([[0.0, 0.0, 2.0]])}
+        >>> round(f.variances(splats, step=0).item(), 10)
+        8e-05
+    """
+
+    def __init__(self, views: Sequence[Any], every: int = RECOMPUTE_EVERY) -> None:
+        if not views:
+            raise ValueError("the 3D filter needs at least one training view")
+        self.viewmats = torch.stack([torch.as_tensor(v.viewmat).float() for v in views])
+        self.Ks = torch.stack([torch.as_tensor(v.K).float() for v in views])
+        self.widths = [int(v.width) for v in views]
+        self.heights = [int(v.height) for v in views]
+        self.every = every
+        self._means: Tensor | None = None  # the tensor the variances were computed from
+        self._step = 0
+        self._value: Tensor | None = None
+
+    def variances(self, splats: Mapping[str, Tensor], step: int) -> Tensor:
+        """``[N]`` variances for ``splats["means"]`` at training step ``step``: recomputed when
+        the means are another tensor (densification replaces them) or ``every`` steps passed."""
+        means = splats["means"]
+        stale = (
+            self._value is None
+            or means is not self._means  # a reference is kept, so an id is never reused
+            or self._value.shape[0] != means.shape[0]
+            or abs(step - self._step) >= self.every
+        )
+        if stale:
+            self._value = filter3d_variances(
+                means, self.viewmats, self.Ks, self.widths, self.heights
+            )
+            self._means, self._step = means, step
+        assert self._value is not None
+        return self._value
+
+
+def exported_model(trainer: Any) -> GaussianModel:
+    """The model a trainer's run exports (PLY file, video): with ``config.filter3d`` on, a
+    copy with the 3D filter baked into its scales and opacities, so that any 3DGS viewer
+    shows what gsnb rendered; else the trainer's own model.
+
+    Example:
+        >>> exported_model(trainer) is trainer.model  # filter3d is off by default
+        True
+    """
+    model = trainer.model
+    if not trainer.config.filter3d:
+        return model
+    variances = trainer.filter3d.variances(model.splats, trainer.step_count)
+    return GaussianModel(bake_filter3d(model.splats, variances), background=model.background)

@@ -1,0 +1,129 @@
+"""Mip-Splatting's 3D filter: its variances, its application, the trainer and the export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import gsnb
+from gsnb.export.ply import read_ply, write_ply
+from gsnb.train import TrainConfig, Trainer
+from gsnb.train.filter3d import (
+    Filter3D,
+    apply_filter3d,
+    bake_filter3d,
+    exported_model,
+    filter3d_variances,
+)
+
+
+def camera(fx: float, z_offset: float = 0.0, size: int = 100) -> SimpleNamespace:
+    """A camera looking down +z from (0, 0, -z_offset), principal point at the centre."""
+    viewmat = torch.eye(4)
+    viewmat[2, 3] = z_offset
+    K = torch.tensor([[fx, 0.0, size / 2], [0.0, fx, size / 2], [0.0, 0.0, 1.0]])
+    return SimpleNamespace(viewmat=viewmat, K=K, width=size, height=size)
+
+
+def variances(means: torch.Tensor, cams: list[SimpleNamespace]) -> torch.Tensor:
+    return filter3d_variances(
+        means,
+        torch.stack([c.viewmat for c in cams]),
+        torch.stack([c.K for c in cams]),
+        [c.width for c in cams],
+        [c.height for c in cams],
+    )
+
+
+def test_variance_is_02_over_the_highest_sampling_rate_squared() -> None:
+    means = torch.tensor([[0.0, 0.0, 4.0], [1.0, 0.0, 4.0]])
+    # Camera A: fx 100 at depth 4, rate 25 px/unit. Camera B: fx 100 at depth 2, rate 50.
+    # Camera C: fx 300 at depth 4 (rate 75) sees the first centre only: the second lies at
+    # u = 300 * 1 / 4 + 50 = 125 px, outside its 100 px image and the 15% margin.
+    a, b, c = camera(100.0), camera(100.0, z_offset=-2.0), camera(300.0)
+    assert variances(means, [a]).tolist() == pytest.approx([0.2 / 25**2] * 2)
+    assert variances(means, [a, b]).tolist() == pytest.approx([0.2 / 50**2] * 2)
+    assert variances(means, [a, b, c]).tolist() == pytest.approx([0.2 / 75**2, 0.2 / 50**2])
+
+
+def test_a_gaussian_no_camera_sees_gets_no_filter() -> None:
+    means = torch.tensor([[0.0, 0.0, -3.0], [50.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    got = variances(means, [camera(100.0)])  # behind, far outside, seen
+    assert got[0] == 0 and got[1] == 0 and got[2] > 0
+    scales, opacities = torch.rand(3, 3) + 0.01, torch.rand(3)
+    filtered, dimmed = apply_filter3d(scales, opacities, got)
+    assert torch.equal(filtered[:2], scales[:2]) and torch.equal(dimmed[:2], opacities[:2])
+    assert (filtered[2] > scales[2]).all() and dimmed[2] < opacities[2]
+
+
+def test_filter_widens_and_keeps_the_integral() -> None:
+    # opacity * prod(scales) (the Gaussian's integral up to a constant) is kept.
+    scales = torch.tensor([[0.01, 0.02, 0.5]], dtype=torch.float64)
+    opacities = torch.tensor([0.7], dtype=torch.float64)
+    var = torch.tensor([4e-4], dtype=torch.float64)
+    filtered, dimmed = apply_filter3d(scales, opacities, var)
+    torch.testing.assert_close(filtered**2, scales**2 + var)
+    torch.testing.assert_close(dimmed * filtered.prod(), opacities * scales.prod())
+
+
+def test_recomputed_when_the_gaussians_change_or_every_n_steps() -> None:
+    cache = Filter3D([camera(100.0)], every=10)
+    means = torch.tensor([[0.0, 0.0, 2.0]])
+    first = cache.variances({"means": means}, step=0)
+    with torch.no_grad():
+        means[0, 2] = 4.0  # the optimiser moves it in place
+    assert cache.variances({"means": means}, step=9) is first  # kept between recomputations
+    assert cache.variances({"means": means}, step=10).item() == pytest.approx(0.2 / 25**2)
+    grown = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 2.0]])  # densified: a new tensor
+    assert cache.variances({"means": grown}, step=11).tolist() == pytest.approx(
+        [0.2 / 100**2, 0.2 / 50**2]
+    )
+
+
+def test_the_exported_model_renders_what_the_trainer_renders(make_scene, tmp_path: Path) -> None:
+    data = make_scene()
+    trainer = Trainer(data, TrainConfig(steps=20, sh_degree=1, filter3d=True))
+    trainer.run(5)
+    view = data.train[0]
+    shown = trainer.render_view(view).rgb
+    model = exported_model(trainer)
+    assert model is not trainer.model
+    degree = trainer.sh_degree_now
+    baked = model.render(view.viewmat[None], view.K[None], view.width, view.height,
+                         sh_degree=degree, backgrounds=trainer.background)  # fmt: skip
+    torch.testing.assert_close(baked.rgb, shown, rtol=1e-5, atol=1e-6)
+    plain = trainer.model.render(view.viewmat[None], view.K[None], view.width, view.height,
+                                 sh_degree=degree, backgrounds=trainer.background)  # fmt: skip
+    assert (plain.rgb - shown).abs().max() > 1e-4  # the filter changes the image
+    # Through a PLY file, as another viewer reads it.
+    write_ply(tmp_path / "baked.ply", model.splats)
+    again = gsnb.render_splats(read_ply(tmp_path / "baked.ply"), view.viewmat[None],
+                               view.K[None], view.width, view.height, sh_degree=degree,
+                               backgrounds=trainer.background)  # fmt: skip
+    torch.testing.assert_close(again.rgb, shown, rtol=1e-5, atol=1e-5)
+
+
+def test_training_with_the_filter_moves_every_parameter(make_scene) -> None:
+    data = make_scene()
+    trainer = Trainer(data, TrainConfig(steps=10, filter3d=True, sh_degree=0))
+    before = {k: v.detach().clone() for k, v in trainer.model.splats.items()}
+    trainer.run(3)
+    for name in ("means", "scales", "opacities", "quats", "sh0"):
+        assert not torch.equal(before[name], trainer.model.splats[name]), name
+    assert exported_model(trainer).num_gaussians == trainer.num_gaussians
+
+
+def test_bake_detaches_and_keeps_the_other_parameters() -> None:
+    splats = {
+        "means": torch.rand(4, 3), "quats": torch.rand(4, 4),
+        "scales": torch.full((4, 3), -3.0, requires_grad=True), "opacities": torch.zeros(4),
+        "sh0": torch.rand(4, 1, 3), "shN": torch.rand(4, 3, 3),
+    }  # fmt: skip
+    baked = bake_filter3d(splats, torch.tensor([0.0, 1e-3, 1e-2, 0.0]))
+    assert not baked["scales"].requires_grad
+    torch.testing.assert_close(baked["scales"][[0, 3]], splats["scales"][[0, 3]].detach())
+    assert torch.equal(baked["sh0"], splats["sh0"]) and torch.equal(baked["means"], splats["means"])
+    assert (baked["opacities"][1:3] < 0).all()

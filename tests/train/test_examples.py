@@ -24,6 +24,7 @@ MODULES = [
     "gsnb.train.estimate",
     "gsnb.train.control",
     "gsnb.train.evaluation",
+    "gsnb.train.filter3d",
     "gsnb.train.health",
     "gsnb.train.inputs",
     "gsnb.train.interrupts",
@@ -45,7 +46,12 @@ MODULES = [
 ]
 
 
-NEEDS_TRAINER = {"gsnb.train.trainer", "gsnb.train.control", "gsnb.train.commands"}
+NEEDS_TRAINER = {
+    "gsnb.train.trainer",
+    "gsnb.train.control",
+    "gsnb.train.commands",
+    "gsnb.train.filter3d",
+}
 
 
 def small_trainer() -> Trainer:

@@ -18,9 +18,12 @@ the held-out views (every 8th) by PSNR and SSIM:
   double-size photos.
 
 Writes ``OUT/antialias_<steps>.json`` with the GPU name, torch and gsnb versions, the commit,
-the date and the command. On the GPU machine (about two minutes per mode on one H200):
+the date and the command; runs of other modes already in that file (same data, steps,
+downscale, seed and backend) are kept, so the modes can run as separate commands. On the GPU
+machine (a few minutes per mode on one H200):
 
     python benchmarks/bench_antialias.py .device/fox --out $OUT
+    python benchmarks/bench_antialias.py .device/fox --out $OUT --modes antialiased+filter3d
 
 On a CPU, at a tiny size (a check of the script, not a measurement):
 
@@ -202,13 +205,20 @@ def main(argv: list[str] | None = None) -> int:
         "runs": {},
     }
     out = args.out / f"antialias_{args.steps}.json"
+    keep = ("data", "steps", "downscale", "seed", "backend")
+    if out.is_file():  # modes run as separate commands merge into one file
+        earlier = json.loads(out.read_text())
+        if all(earlier.get(k) == payload[k] for k in keep):
+            payload["runs"] = {k: v for k, v in earlier["runs"].items() if k not in modes}
     for name in modes:
         started = time.perf_counter()
         trainer = train_mode(name, data, args)
         seconds = time.perf_counter() - started
+        times = [m.step_time for m in trainer.history]
         run = {
             **MODES[name],
             "train_s": round(seconds, 1),
+            "median_step_ms": round(1000 * sorted(times)[len(times) // 2], 3),
             "num_gaussians": trainer.num_gaussians,
             **evaluate_resolutions(trainer, views, double),
         }

@@ -30,6 +30,14 @@ def test_every_mode_and_resolution_is_reported(tmp_path: Path) -> None:
             assert run[name]["views"] == 1 and 0 < run[name]["psnr"] < 100, name
     classic, aa = result["runs"]["classic"], result["runs"]["antialiased"]
     assert classic["half"] != aa["half"]  # the modes render differently
+    # A second command for one mode keeps the others' runs in the file.
+    main([
+        str(root), "--out", str(tmp_path / "out"), "--steps", "2", "--downscale", "2",
+        "--backend", "reference", "--device", "cpu", "--max-views", "1", "--modes", "classic",
+    ])  # fmt: skip
+    again = json.loads((tmp_path / "out" / "antialias_2.json").read_text())
+    assert sorted(again["runs"]) == sorted(result["runs"])
+    assert again["runs"]["antialiased"] == aa
 
 
 def test_area_downscale_averages_blocks() -> None:

@@ -11,6 +11,11 @@ Gaussian no camera sees gets no filter. The filtered Gaussian keeps its energy:
     scales' = sqrt(scales^2 + variance),
     opacity' = opacity * sqrt(prod(scales^2) / prod(scales^2 + variance)).
 
+Mip-Splatting's code pairs the largest focal length of all cameras with the smallest depth,
+which is the same rate when the cameras share one focal length, and gives a Gaussian no camera
+sees the largest filter; here each camera's own rate counts, and an unseen Gaussian keeps its
+shape (nothing constrains it either way).
+
 The variances depend on the means only; :class:`Filter3D` recomputes them when the
 Gaussians change (densification) and otherwise every ``every`` steps, as Mip-Splatting's
 trainer does, and training renders through the filtered Gaussians.

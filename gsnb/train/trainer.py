@@ -538,6 +538,13 @@ class Trainer(TrainingControl):
         Safe while training runs in the background (it waits for the step in
         flight). The image is ``result.rgb[0]`` ``[height, width, 3]``.
 
+        Called on a CUDA stream of the caller's own (inside ``torch.cuda.stream(s)``, as
+        the viewer does), the render does not hold up training: the Gaussians are copied
+        on that stream between two steps, and the render runs from the copy while the next
+        steps train. The result belongs to that stream. Without room for the copy (a
+        quarter of the free GPU memory), or on the default stream, training waits for
+        the render instead.
+
         Example:
             >>> view = trainer.dataset.views[0]
             >>> K = view.K.clone()
@@ -547,9 +554,47 @@ class Trainer(TrainingControl):
         """
         viewmat = torch.as_tensor(viewmat, dtype=torch.float32, device=self.device).reshape(1, 4, 4)
         K = torch.as_tensor(K, dtype=torch.float32, device=self.device).reshape(1, 3, 3)
+        side = self._caller_stream()
         with self._shared_access():
             degree = self.sh_degree_now if sh_degree is None else sh_degree
-            return self._render(viewmat, K, width, height, degree, self.background, False)
+            if side is None:
+                return self._render(viewmat, K, width, height, degree, self.background, False)
+            model, variances = self._copy_for(side)
+        with torch.cuda.stream(side):
+            return render_model(
+                model, self.renderer, viewmat, K, width, height,
+                sh_degree=degree, background=self.background,
+                rasterize_mode=self.config.rasterize_mode, filter3d=variances,
+            )  # fmt: skip
+
+    def _caller_stream(self) -> torch.cuda.Stream | None:
+        """The caller's own CUDA stream when a copy of the Gaussians fits beside training."""
+        if self.device.type != "cuda":
+            return None
+        stream = torch.cuda.current_stream(self.device)
+        if stream == torch.cuda.default_stream(self.device):
+            return None
+        free, _ = torch.cuda.mem_get_info(self.device)
+        size = sum(p.numel() * p.element_size() for p in self.model.splats.values())
+        return stream if 4 * size <= free else None
+
+    def _copy_for(self, side: torch.cuda.Stream) -> tuple[GaussianModel, Tensor | None]:
+        """The Gaussians (and 3D filter) as they are now, copied on ``side`` (under the lock).
+
+        ``side`` waits for the steps queued so far; the next step's updates wait for the
+        copy (a few microseconds of device time), so training never blocks on the render.
+        """
+        main = torch.cuda.default_stream(self.device)  # the stream the loop trains on
+        side.wait_stream(main)
+        variances = (
+            self.filter3d.variances(self.model.splats, self._step) if self.config.filter3d else None
+        )
+        with torch.cuda.stream(side):
+            model = GaussianModel(dict(self.model.splats.items()), self.model.background)
+            if variances is not None:
+                variances = variances.clone()
+        main.wait_stream(side)
+        return model, variances
 
     def render_view(self, view: View, sh_degree: int | None = None) -> RenderResult:
         """Render the current Gaussians from ``view``'s camera (over the dataset background).

@@ -153,6 +153,7 @@ class Viewer:
         }
         FramePlanner(**self._planner_args)  # check the arguments before binding a port
         self.encoder = FrameEncoder(jpeg_quality, gpu=gpu_jpeg)
+        self._frame_stream: torch.cuda.Stream | None = None
         if background is None:  # what the scene was trained over
             background = self.model.background if self.model is not None else (0.0, 0.0, 0.0)
         self.background = torch.tensor(background, dtype=torch.float32)
@@ -415,16 +416,18 @@ class Viewer:
         start = time.perf_counter()
         cam = request.camera
         view = view_from_pose(cam.wxyz, cam.position, cam.fov, request.width, request.height)
-        rgb = self.render(view).rgb[0]
-        rendered = time.perf_counter()
-        data = self.encoder.encode(rgb)
+        with self._frame_stream_context():
+            rgb = self.render(view).rgb[0]
+            rendered = time.perf_counter()
+            data = self.encoder.encode(rgb)
         encoded = time.perf_counter()
         # the JPEG as it is: viser's set_background_image would decode nothing but re-encode
         client.scene._websock_interface.queue_message(
             BackgroundImageMessage(format="jpeg", rgb_data=data, depth_data=None)
         )
         done = time.perf_counter()
-        # the share of time that limits refreshes is the render's: it holds the trainer's lock
+        # the share of time that limits refreshes is the render's: the wait for the step in
+        # flight, the copy of the Gaussians (or, without room for it, the render) under the lock
         planner.rendered(request, rendered - start, time.monotonic())
         self.frames_sent += 1
         self._timings.append(
@@ -437,6 +440,16 @@ class Viewer:
                 "bytes": float(len(data)),
             }
         )
+
+    def _frame_stream_context(self) -> contextlib.AbstractContextManager[Any]:
+        """A CUDA stream of the viewer's own for a training run's frames: a trainer renders
+        on it from a copy of its Gaussians, so frames do not hold up training."""
+        trainer = self.trainer
+        if trainer is None or trainer.device.type != "cuda":
+            return contextlib.nullcontext()
+        if self._frame_stream is None:
+            self._frame_stream = torch.cuda.Stream(trainer.device)
+        return torch.cuda.stream(self._frame_stream)
 
     def frame_timings(self) -> dict[str, float]:
         """Mean seconds per stage over the latest frames (``render``: the trainer's lock held;

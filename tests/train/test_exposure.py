@@ -34,7 +34,8 @@ def test_rate_decays_exponentially_from_3dgs_start_to_end() -> None:
     assert (config.lr_exposure, config.lr_exposure_final) == (0.01, 0.001)
     rates = [exposure_rate(0.01, 0.001, step, 1000) for step in (0, 250, 500, 1000, 5000)]
     assert rates[0] == pytest.approx(0.01) and rates[3] == rates[4] == 0.001
-    assert rates[1] == pytest.approx(0.01 * 0.1**0.25) and rates[2] == pytest.approx(0.01 * 0.1**0.5)
+    assert rates[1] == pytest.approx(0.01 * 0.1**0.25)
+    assert rates[2] == pytest.approx(0.01 * 0.1**0.5)
 
 
 def gained_scene(tmp_path: Path, test_ids: list[int] | None = None, size: int = 24):
@@ -110,7 +111,7 @@ def test_test_views_train_on_left_halves_and_are_measured_on_right_halves(
 
 
 def test_without_exposure_evaluation_is_unchanged(tmp_path: Path) -> None:
-    data, truth, *_ = gained_scene(tmp_path, test_ids=[0, 3])
+    data, *_ = gained_scene(tmp_path, test_ids=[0, 3])
     trainer = Trainer(data, TrainConfig(steps=5, backend="reference", sh_degree=0))
     trainer.run()
     assert [v.name for v in trainer.train_images.views] == [v.name for v in data.train]

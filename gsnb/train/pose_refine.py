@@ -22,9 +22,12 @@ the uncorrected camera gives exactly the corrected camera's positions, shapes,
 depths and coverage, with gradients on every backend. The one difference is the
 view direction of the colours: SH is evaluated at ``R_M (p - c')`` instead of
 ``p - c'`` (``c'`` the corrected camera centre), a direction turned by the
-correction's angle (a few degrees). Degree-0 colours are unaffected; the effect
-on higher degrees is measured against the reference backend's ``viewmats``
-gradient in ``tests/train/test_pose_refine.py``.
+correction's angle (a few degrees), and the rotation's gradient also sees the
+colours turn with the Gaussians. Degree-0 colours are unaffected: image and
+gradient equal the reference backend's with a differentiated ``viewmats``. With
+random degree-3 colours and a 3 degree, 3 cm correction, pixels differ by 2.6e-3
+on average (0.045 at most; 4% of what the correction itself changes) and the
+gradient keeps its direction (cosine 0.98): ``tests/train/test_pose_refine.py``.
 """
 
 from __future__ import annotations

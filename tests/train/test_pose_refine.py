@@ -10,6 +10,7 @@ import torch
 
 import gsnb
 from gsnb.cameras import intrinsics, look_at
+from gsnb.raster.projection import quat_to_rotmat
 from gsnb.train import TrainConfig, Trainer
 from gsnb.train.pose_refine import (
     PoseRefinement,
@@ -21,7 +22,6 @@ from gsnb.train.pose_refine import (
     quat_multiply,
     skew,
 )
-from gsnb.raster.projection import quat_to_rotmat
 from tests.train.known_scene import known_scene, starting_copy, with_photos
 
 
@@ -183,7 +183,7 @@ def test_training_recovers_known_pose_errors(tmp_path: Path) -> None:
 
 
 def test_switched_off_it_stops_learning_and_stays_applied(tmp_path: Path) -> None:
-    data, truth, true, wrong = perturbed_scene(tmp_path)
+    data, truth, *_ = perturbed_scene(tmp_path)
     config = TrainConfig(steps=40, backend="reference", sh_degree=0, pose_refine=True)
     config.lr_pose = 1e-3
     trainer = Trainer(data, config, model=starting_copy(truth, data.background))

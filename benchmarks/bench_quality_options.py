@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "--runs", default=",".join(RUNS), help=f"comma list of {', '.join(RUNS)} (default all)"
     )
     parser.add_argument("--commit", default=None, help="commit to record (default: git's)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     unknown = [r for r in runs if r not in RUNS]
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "bench_quality_options",
         "environment": environment(),
         "commit": args.commit or commit(),
-        "command": shlex.join([sys.executable, *sys.argv]),
+        "command": shlex.join(["python", "benchmarks/bench_quality_options.py", *argv]),
         "data": Path(args.data).name,
         "downscale": args.downscale,
         "image_size": [data.views[0].width, data.views[0].height],

@@ -88,7 +88,9 @@ class Trainer(TrainingControl):
     What a run holds: ``model``, ``optimizer``, ``strategy`` and its
     ``strategy_state``, ``train_images`` (the training views' images and cameras
     on ``device``), ``background`` (``[3]``), ``renderer`` (``default_renderer``
-    unless one was passed), ``history`` (every step's metrics) and ``evals``.
+    unless one was passed), ``history`` (every step's metrics), ``evals`` and
+    ``corrections`` (the learned exposures and pose corrections, when switched on:
+    :mod:`gsnb.train.corrections`).
 
     Args:
         dataset: the views, split and initial points.
@@ -576,8 +578,11 @@ class Trainer(TrainingControl):
             torch.Size([16, 16, 3])
         """
         index = self.corrections.index_of(view.name) if corrected else None
-        out = self.render_camera(view.viewmat, view.K, view.width, view.height, sh_degree, index)
-        return self.corrections.for_metrics(out, index)
+        with self._shared_access():  # the exposures too are read between two steps
+            out = self.render_camera(
+                view.viewmat, view.K, view.width, view.height, sh_degree, index
+            )
+            return self.corrections.for_metrics(out, index)
 
     def evaluate(self, split: str = "test", max_views: int | None = None) -> EvalResult:
         """PSNR, SSIM (and LPIPS when its weights are on disk) on the test or train views.

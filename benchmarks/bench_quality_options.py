@@ -24,8 +24,9 @@ CPU smoke test (seconds per run)::
     python benchmarks/bench_quality_options.py ../shared/data/fox --steps 20 --downscale 8 \\
         --backend reference --out /tmp/quality
 
-Writes ``OUT/quality_options_<steps>.json`` with the GPU name, versions, commit,
-date and command.
+Writes ``OUT/quality_options_<steps>.json`` (``..._<steps>_<runs>.json`` for a subset
+given with ``--runs``, e.g. two commands of two runs each) with the GPU name, versions,
+commit, date and command, after every run.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def commit() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="?", default=".device/fox", help="dataset folder")
-    parser.add_argument("--out", required=True, help="folder for quality_options_<steps>.json")
+    parser.add_argument("--out", required=True, help="folder for the result JSON")
     parser.add_argument("--steps", type=int, default=7000, help="steps per run (default 7000)")
     parser.add_argument("--downscale", type=int, default=2, help="image downscale (default 2)")
     parser.add_argument("--test-every", type=int, default=8, help="held-out views (default 8)")
@@ -162,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         "runs": {},
     }
-    out = Path(args.out) / f"quality_options_{args.steps}.json"
+    subset = "" if runs == list(RUNS) else "_" + "_".join(runs)
+    out = Path(args.out) / f"quality_options_{args.steps}{subset}.json"
     for name in runs:
         payload["runs"][name] = run_one(name, data, args)
         write_json(out, payload)  # after every run, so a stopped benchmark keeps its rows

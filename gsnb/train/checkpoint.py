@@ -364,14 +364,16 @@ def training_payload(
     skipped_steps: int = 0,
     pending_knobs: Mapping[str, Any] | None = None,
     seconds: float = 0.0,
+    corrections: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A copy on the CPU of a run's whole state, laid out as a checkpoint holds it.
 
     ``generator`` is the run's device generator (random backgrounds, the
     strategy's noise); ``views`` are the training views, named so that a resume
     on other data is refused; ``seconds`` is the training time of the whole run so
-    far. Take it while the run is between two steps, then write it with
-    :func:`write_checkpoint`.
+    far; ``corrections`` holds the learned exposures and pose corrections with their
+    Adam states (``ViewCorrections.state_dict``). Take it while the run is between
+    two steps, then write it with :func:`write_checkpoint`.
 
     Example:
         >>> import tempfile, pathlib, torch
@@ -411,6 +413,7 @@ def training_payload(
         "pending_knobs": dict(pending_knobs or {}),
         "background": list(model.background),
         "seconds": float(seconds),
+        "corrections": to_cpu(dict(corrections or {})),
     }
 
 
@@ -492,6 +495,19 @@ class TrainingState:
                         f"checkpoint {self.source}: Adam state {key} of {group['name']} has shape "
                         f"{list(value.shape)} but the parameter has {list(param.shape)}"
                     )
+
+    def restore_corrections(self, corrections: Any) -> None:
+        """Continue the learned exposures and pose corrections (and their Adam states) in
+        ``corrections`` (a ``ViewCorrections``); a checkpoint without them leaves them new."""
+        saved = self.payload.get("corrections")
+        if not saved:
+            return
+        try:
+            corrections.load_state_dict(saved)
+        except (KeyError, ValueError, TypeError, RuntimeError) as err:
+            raise CheckpointError(
+                f"checkpoint {self.source} has unusable exposure or pose corrections: {err}"
+            ) from err
 
     def strategy_state(self, device: torch.device) -> dict[str, Any]:
         """The strategy's running state, its tensors on ``device``."""

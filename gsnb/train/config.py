@@ -93,6 +93,27 @@ class TrainConfig:
             widened by the variance ``0.2 / rate^2`` of the highest sampling rate
             ``focal / depth`` at which a training camera sees it, with its opacity
             compensated; the exported PLY has it baked in (default False). Live.
+        exposure: learn an affine colour transform per training image (3x4, identity at
+            the start), applied to the render before the loss, for photos whose exposure
+            or white balance changes (default False; 3DGS's exposure compensation,
+            ``gsnb.train.exposure``). Off: neither learned nor applied. Live.
+        lr_exposure: Adam learning rate of the exposure transforms at step 0 (default 0.01,
+            3DGS's exposure_lr_init). Live.
+        lr_exposure_final: the exposures' learning rate at the last step, reached by an
+            exponential decay (default 0.001, 3DGS's exposure_lr_final; a rate, not a
+            factor). Live.
+        train_test_exp: the test views train on their left halves and are evaluated on
+            their right halves, 3DGS's ``--train_test_exp`` protocol (their exposure is
+            learned from the left half). Default None: as ``exposure`` when the run starts;
+            fixed from then on.
+        pose_refine: learn a rigid correction (axis-angle rotation and translation, zero at
+            the start) of each training view's pose (default False; gsplat's pose_opt,
+            ``gsnb.train.pose_refine``). Off: the corrections stop learning and stay
+            applied. Live.
+        lr_pose: Adam learning rate of the pose corrections; translations are in scene
+            extents (default 1e-5, gsplat's pose_opt_lr). Live.
+        pose_weight_decay: Adam weight decay of the pose corrections, pulling them to zero
+            (default 1e-6, gsplat's pose_opt_reg). Live.
     """
 
     data: str | None = None
@@ -132,6 +153,13 @@ class TrainConfig:
     cache_dir: str | None = None
     rasterize_mode: str = knob("classic", choices=("classic", "antialiased"))
     filter3d: bool = knob(False)
+    exposure: bool = knob(False)
+    lr_exposure: float = knob(0.01, low=0.0, high=1.0, log=True)
+    lr_exposure_final: float = knob(0.001, low=0.0, high=1.0, log=True)
+    train_test_exp: bool | None = None
+    pose_refine: bool = knob(False)
+    lr_pose: float = knob(1e-5, low=0.0, high=1.0, log=True)
+    pose_weight_decay: float = knob(1e-6, low=0.0, high=1.0, log=True)
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -34,6 +34,8 @@ class EvalResult:
         num_views: how many views were rendered.
         per_view: ``[(name, psnr, ssim), ...]``.
         seconds: time the evaluation took.
+        protocol: which pixels were measured: ``"full images"``, or ``"right halves"``
+            (3DGS's exposure protocol, :func:`evaluate_views`).
 
     Example:
         >>> EvalResult(step=0, psnr=30.0, ssim=0.9).summary()
@@ -48,6 +50,7 @@ class EvalResult:
     num_views: int = 0
     per_view: list[tuple[str, float, float]] = field(default_factory=list)
     seconds: float = 0.0
+    protocol: str = "full images"
 
     def summary(self) -> str:
         """One line for logs."""
@@ -116,11 +119,16 @@ def evaluate_views(
     views: Sequence[View],
     targets: Sequence[Tensor],
     step: int,
+    right_half: bool = False,
 ) -> EvalResult:
     """Mean PSNR, SSIM (and LPIPS when it can run offline) of ``render_view(view)`` ``[H, W, 3]``.
 
     Each render is compared with the view's target ``[H, W, 3]`` in [0, 1];
-    ``step`` is recorded in the result.
+    ``step`` is recorded in the result. Protocol: by default on whole images. With
+    ``right_half``, the evaluation protocol of 3DGS with exposure compensation
+    (``--train_test_exp``): the test views trained on their left halves, which gave
+    them a learned exposure, and every metric is computed on the right half of render
+    and target alike, columns ``[W // 2, W)``.
 
     Example:
         >>> import tempfile
@@ -142,7 +150,10 @@ def evaluate_views(
     rows = []
     lp_values = []
     for view, target in zip(views, targets, strict=True):
-        p, s, lp = image_metrics(render_view(view), target, with_lpips)
+        render = render_view(view)
+        if right_half:
+            render, target = render[:, render.shape[1] // 2 :], target[:, target.shape[1] // 2 :]
+        p, s, lp = image_metrics(render, target, with_lpips)
         rows.append((view.name, p, s))
         if lp is not None:
             lp_values.append(lp)
@@ -155,4 +166,5 @@ def evaluate_views(
         num_views=len(rows),
         per_view=rows,
         seconds=time.perf_counter() - start,
+        protocol="right halves" if right_half else "full images",
     )

@@ -22,6 +22,7 @@ from gsnb.train import checkpoint as ckpt
 from gsnb.train import regularizers
 from gsnb.train.config import TrainConfig
 from gsnb.train.control import TrainingControl
+from gsnb.train.corrections import ViewCorrections, training_views
 from gsnb.train.evaluation import EvalResult, evaluate_views
 from gsnb.train.filter3d import Filter3D
 from gsnb.train.health import HealthMonitor, health_sums, signals_from_sums
@@ -88,7 +89,9 @@ class Trainer(TrainingControl):
     What a run holds: ``model``, ``optimizer``, ``strategy`` and its
     ``strategy_state``, ``train_images`` (the training views' images and cameras
     on ``device``), ``background`` (``[3]``), ``renderer`` (``default_renderer``
-    unless one was passed), ``history`` (every step's metrics) and ``evals``.
+    unless one was passed), ``history`` (every step's metrics), ``evals`` and
+    ``corrections`` (the learned exposures and pose corrections, when switched on:
+    :mod:`gsnb.train.corrections`).
 
     Args:
         dataset: the views, split and initial points.
@@ -145,7 +148,8 @@ class Trainer(TrainingControl):
                 "check the image folder, or load it with a larger test_every"
             )
         self._gen = torch.Generator(self.device).manual_seed(cfg.seed)
-        self._order = ViewOrder(len(dataset.train), cfg.seed)
+        views = training_views(dataset, cfg)  # with test views' left halves for 3DGS's protocol
+        self._order = ViewOrder(len(views), cfg.seed)
         if model is None:
             model = initial_model(
                 dataset.points,
@@ -160,16 +164,18 @@ class Trainer(TrainingControl):
         images_on = choose_images_on(
             cfg.images_on,
             self.device,
-            [(v.width, v.height) for v in dataset.train],
+            [(v.width, v.height) for v in views],
             self.model.num_gaussians,
             self.model.sh_degree,
         )
-        self.train_images = ViewImages(dataset.train, self.device, progress, images_on)
-        self.filter3d = Filter3D(dataset.train)  # used while config.filter3d is on
+        self.train_images = ViewImages(views, self.device, progress, images_on)
+        self.filter3d = Filter3D(views)  # used while config.filter3d is on
         self._test_images: ViewImages | None = None
         self.background = torch.tensor(dataset.background, dtype=torch.float32, device=self.device)
         self.model.background = checked_background(dataset.background)  # saved with it
         self.optimizer = make_optimizer(self.model.splats, learning_rates(cfg, 0, self.extent))
+        halves = len(views) - len(dataset.train)
+        self.corrections = ViewCorrections(cfg, views, halves, self.extent, self.device)
         self.strategy_state: dict[str, Any] = self.strategy.initialize_state(self.extent)
         self._step = 0
         self.skipped_steps = 0
@@ -279,11 +285,12 @@ class Trainer(TrainingControl):
         bg = step_background(self.background, cfg.random_background, self._gen)
         self.optimizer.zero_grad(set_to_none=True)
 
-        out = self._render(viewmat, K, width, height, degree, bg, self.strategy.absgrad)
+        out = self._render(viewmat, K, width, height, degree, bg, self.strategy.absgrad, view=idx)
         means2d = out.meta.means2d
         if means2d.requires_grad:
             means2d.retain_grad()
         rgb = out.rgb.squeeze(0)  # a view: its backward launches nothing (indexing's would)
+        rgb, target = self.corrections.for_loss(rgb, target, idx)
         loss, l1, ssim_value, mse = photometric_terms(rgb, target, cfg.ssim_lambda)
         extra = regularizers.regularization(
             self.model.splats, cfg, self.extent, self.strategy.regularization(self.model.splats)
@@ -294,7 +301,7 @@ class Trainer(TrainingControl):
         params = list(self.model.splats.values())
         if cfg.scale_grad_clip > 0 and self.model.splats["scales"].grad is not None:
             torch.nn.utils.clip_grad_norm_([self.model.splats["scales"]], cfg.scale_grad_clip)
-        grads = [p.grad for p in params if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None] + self.corrections.grads()
         with torch.no_grad():
             # The gradient norm comes with the health sums (a NaN/Inf gradient is counted there).
             metrics = torch.stack([loss.detach(), l1.detach(), ssim_value.detach(), mse.detach()])
@@ -319,6 +326,7 @@ class Trainer(TrainingControl):
         with guard.commit() if guard is not None else contextlib.nullcontext():
             if not skipped:
                 self.optimizer.step()
+                self.corrections.step(step)
             else:
                 self.skipped_steps += 1
             return self._densify_and_count(half)
@@ -520,23 +528,32 @@ class Trainer(TrainingControl):
         degree: int,
         background: Tensor,
         absgrad: bool,
+        view: int | None = None,
     ) -> RenderResult:
         cfg = self.config
+        model = self.corrections.gaussians(self.model, viewmat, view)  # pose refinement
         variances = self.filter3d.variances(self.model.splats, self._step) if cfg.filter3d else None
         return render_model(
-            self.model, self.renderer, viewmat, K, width, height,
+            model, self.renderer, viewmat, K, width, height,
             sh_degree=degree, background=background, absgrad=absgrad,
             rasterize_mode=cfg.rasterize_mode, filter3d=variances,
         )  # fmt: skip
 
     @torch.no_grad()
     def render_camera(
-        self, viewmat: Tensor, K: Tensor, width: int, height: int, sh_degree: int | None = None
+        self,
+        viewmat: Tensor,
+        K: Tensor,
+        width: int,
+        height: int,
+        sh_degree: int | None = None,
+        view_index: int | None = None,
     ) -> RenderResult:
         """Render the current Gaussians from a camera (``viewmat [4, 4]`` world-to-camera, ``K``).
 
         Safe while training runs in the background (it waits for the step in
-        flight). The image is ``result.rgb[0]`` ``[height, width, 3]``.
+        flight). The image is ``result.rgb[0]`` ``[height, width, 3]``. ``view_index``
+        (a position in ``train_images.views``) applies that view's learned pose correction.
 
         Called on a CUDA stream of the caller's own (inside ``torch.cuda.stream(s)``, as
         the viewer does), the render does not hold up training: the Gaussians are copied
@@ -557,8 +574,10 @@ class Trainer(TrainingControl):
         side = self._caller_stream()
         with self._shared_access():
             degree = self.sh_degree_now if sh_degree is None else sh_degree
-            if side is None:
-                return self._render(viewmat, K, width, height, degree, self.background, False)
+            if side is None or view_index is not None:
+                return self._render(
+                    viewmat, K, width, height, degree, self.background, False, view=view_index
+                )
             model, variances = self._copy_for(side)
         with torch.cuda.stream(side):
             return render_model(
@@ -596,17 +615,34 @@ class Trainer(TrainingControl):
         main.wait_stream(side)
         return model, variances
 
-    def render_view(self, view: View, sh_degree: int | None = None) -> RenderResult:
+    def render_view(
+        self, view: View, sh_degree: int | None = None, corrected: bool = False
+    ) -> RenderResult:
         """Render the current Gaussians from ``view``'s camera (over the dataset background).
+
+        With ``corrected``, as evaluation sees it: a view that trains is rendered with its
+        learned pose correction and, while ``exposure`` is on, its exposure transform.
 
         Example:
             >>> trainer.render_view(trainer.dataset.views[0]).rgb[0].shape
             torch.Size([16, 16, 3])
         """
-        return self.render_camera(view.viewmat, view.K, view.width, view.height, sh_degree)
+        index = self.corrections.index_of(view.name) if corrected else None
+        with self._shared_access():  # the exposures too are read between two steps
+            out = self.render_camera(
+                view.viewmat, view.K, view.width, view.height, sh_degree, index
+            )
+            return self.corrections.for_metrics(out, index)
 
     def evaluate(self, split: str = "test", max_views: int | None = None) -> EvalResult:
         """PSNR, SSIM (and LPIPS when its weights are on disk) on the test or train views.
+
+        Views are rendered as :meth:`render_view` with ``corrected`` does. Protocol
+        (``result.protocol``): without ``train_test_exp`` the test views are held out
+        whole and measured on whole images (as always); with it (3DGS's exposure protocol,
+        the default when the run starts with ``exposure``) each test view trained on its
+        left half and every test metric is computed on its right half, columns
+        ``[W // 2, W)``, rendered with the exposure learned from the left half.
 
         Example:
             >>> trainer.evaluate("train").num_views
@@ -616,7 +652,8 @@ class Trainer(TrainingControl):
             raise ValueError(f"split must be 'test' or 'train', got {split!r}")
         with self._shared_access():
             if split == "train":
-                images = self.train_images
+                images = self.train_images  # its first len(dataset.train) views
+
             elif not self.dataset.test:
                 raise ValueError(
                     "the dataset has no test views (loaded with test_every=0); "
@@ -628,12 +665,14 @@ class Trainer(TrainingControl):
                         self.dataset.test, self.device, images_on=self.train_images.images_on
                     )
                 images = self._test_images
-            count = len(images) if max_views is None else min(max_views, len(images))
+            total = len(self.dataset.train) if split == "train" else len(images)
+            count = total if max_views is None else min(max_views, total)
             result = evaluate_views(
-                lambda view: self.render_view(view).rgb[0],
+                lambda view: self.render_view(view, corrected=True).rgb[0],
                 images.views[:count],
                 images.images[:count],
                 self._step,
+                right_half=self.corrections.metric_columns(split),
             )
             self.evals.append(result)
         for callback in list(self._eval_callbacks):
@@ -675,6 +714,7 @@ class Trainer(TrainingControl):
                 skipped_steps=self.skipped_steps,
                 pending_knobs=self.pending_knobs,
                 seconds=self.train_seconds,
+                corrections=self.corrections.state_dict(),
             )
             history = [m for m in self.history if m.step <= self._step]
         with self._save_lock:  # one writer at a time: the newest step ends up newest
@@ -735,6 +775,7 @@ class Trainer(TrainingControl):
     def _restore(self, state: ckpt.TrainingState) -> None:
         state.check_views(self.train_images.views)
         state.restore_optimizer(self.optimizer)
+        state.restore_corrections(self.corrections)
         self.strategy_state = state.strategy_state(self.device)
         self._step = state.step
         self._memory.forget_peak()

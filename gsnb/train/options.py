@@ -279,6 +279,33 @@ def ignored_on_resume(args: argparse.Namespace) -> list[str]:
     ]
 
 
+def add_nproc_option(parser: argparse.ArgumentParser) -> None:
+    """``--nproc N``: train with N data-parallel processes (one per GPU) on this machine.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_nproc_option(parser)
+        >>> parser.parse_args(["--nproc", "2"]).nproc
+        2
+    """
+    parser.add_argument(
+        "--nproc",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="data-parallel processes on this machine, one per GPU (gloo on the CPU): each "
+        "renders batch_size / N views of every step (default: 1). Started with "
+        "torch.distributed's elastic launcher; the same command runs under torchrun",
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
     """``--no-progress``: no progress bar.
 

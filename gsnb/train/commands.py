@@ -169,11 +169,22 @@ def train_worker(args: argparse.Namespace, folder_claimed: bool = False) -> int:
     process 0 prints, and holds the run folder unless the launcher does
     (``folder_claimed``). Returns the exit code.
     """
-    import contextlib
-
     from gsnb.train import distributed
 
     group = distributed.init_process_group(args.device or "auto")
+    try:
+        return _train_in_group(args, group, folder_claimed)
+    except distributed.PeerLost as err:
+        if not folder_claimed:  # under torchrun: say why; gsnb's launcher names the worker
+            print(f"gsnb train: worker {group.rank}: error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        distributed.destroy_process_group()
+
+
+def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) -> int:
+    import contextlib
+
     rank0 = group.rank == 0
     name = "gsnb train"
     errors = sys.stderr
@@ -218,7 +229,6 @@ def train_worker(args: argparse.Namespace, folder_claimed: bool = False) -> int:
     finally:
         if owns:
             folder.release()
-        distributed.destroy_process_group()
 
 
 def _worker_trainer(args: argparse.Namespace, out: Path, progress: bool) -> Trainer:

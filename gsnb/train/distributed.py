@@ -76,6 +76,23 @@ def world_from_env(environ: Mapping[str, str] | None = None) -> WorldEnv | None:
     return WorldEnv(rank, world, int(env.get("LOCAL_RANK", rank)))
 
 
+class PeerLost(BaseException):
+    """A collective failed: another worker died or left. This worker must stop too.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: no step or densification handler may
+    take it for a recoverable error (and roll back to go on alone); the launcher reports
+    which worker failed first.
+    """
+
+
+def _collective(run: Callable[[], Any]) -> Any:
+    try:
+        return run()
+    except (dist.DistError, RuntimeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise PeerLost(f"the connection to another worker broke ({first})") from err
+
+
 class TorchProcessGroup:
     """The default :mod:`torch.distributed` process group as a :class:`batch.ProcessGroup`.
 
@@ -101,7 +118,7 @@ class TorchProcessGroup:
         """
         grads = [p.grad for p in params if p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads] + [terms.to(grads[0].dtype)])
-        dist.all_reduce(flat)
+        _collective(lambda: dist.all_reduce(flat))
         flat.div_(self.world_size)
         start = 0
         for g in grads:
@@ -112,7 +129,7 @@ class TorchProcessGroup:
     def sum_(self, *tensors: Tensor) -> None:
         """Sum ``tensors`` over the processes, in place, in one all_reduce."""
         flat = torch.cat([t.reshape(-1) for t in tensors])
-        dist.all_reduce(flat)
+        _collective(lambda: dist.all_reduce(flat))
         start = 0
         for t in tensors:
             t.copy_(flat[start : start + t.numel()].view_as(t))
@@ -121,13 +138,13 @@ class TorchProcessGroup:
     def any(self, *flags: bool) -> list[bool]:
         """Each flag, true when it is true in any process."""
         values = torch.tensor([float(f) for f in flags], device=self.device)
-        dist.all_reduce(values)
+        _collective(lambda: dist.all_reduce(values))
         return [v > 0 for v in values.tolist()]
 
     def from_rank0(self, value: Any) -> Any:
         """Process 0's ``value`` (any picklable object), in every process; a barrier too."""
         box = [value]
-        dist.broadcast_object_list(box, src=0)
+        _collective(lambda: dist.broadcast_object_list(box, src=0))
         return box[0]
 
 
@@ -321,15 +338,18 @@ def launch(
         monitor_interval=monitor_interval,
         start_method="spawn",
     )
-    quiet = logging.getLogger("torch.distributed.elastic")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # the agent's log lines would bury the one-line reason
+    # The agent's log lines would bury the one-line reason.
+    loggers = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         results = elastic_launch(config, entry)(*args)
     except ChildFailedError as err:
         raise WorkerFailed(failure_text(err, nproc)) from err
     finally:
-        quiet.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
     return max(int(code or 0) for code in results.values())
 
 

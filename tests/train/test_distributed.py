@@ -1,0 +1,150 @@
+"""Data-parallel training over CPU processes (gloo): same model as one process, failures, resume.
+
+The workers are real processes (torch.multiprocessing spawn, or gsnb train's elastic
+launcher); each wait has a deadline, so that a hang fails the test instead of CI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from gsnb.train import TrainConfig, Trainer
+from gsnb.train.strategy import DefaultStrategy
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+STEPS, SAVE_AT = 16, 10
+CONFIG = dict(
+    batch_size=2, steps=STEPS, device="cpu", backend="reference", sh_degree=1,
+    sh_degree_interval=5,
+)  # fmt: skip
+
+
+def schedule() -> DefaultStrategy:
+    """Densify at steps 4, 8, 12 (a checkpoint at 10 holds unreduced sums); reset at 6, 12."""
+    return DefaultStrategy(refine_start_iter=3, refine_every=4, reset_every=6, grow_grad2d=2e-5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, data, out: str) -> None:
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )  # fmt: skip
+    from gsnb.train import distributed
+
+    distributed.init_process_group("cpu", timeout_s=60)
+    torch.set_num_threads(1)
+    trainer = distributed.DistributedTrainer(data, TrainConfig(**CONFIG), strategy=schedule())
+    trainer.run(steps=SAVE_AT)
+    trainer.save_checkpoint(Path(out) / "mid.pt")
+    trainer.run()
+    trainer.leave_group()
+    if rank == 0:
+        torch.save({k: v.detach() for k, v in trainer.model.splats.items()}, Path(out) / "end.pt")
+    distributed.destroy_process_group()
+
+
+def _join(context, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    try:
+        while not context.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                pytest.fail(f"the workers did not finish within {seconds} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+
+
+def test_two_processes_equal_one_and_their_checkpoint_resumes_in_one(make_scene, tmp_path) -> None:
+    data = make_scene(views=5)
+    context = mp.start_processes(
+        _worker, args=(2, _free_port(), data, str(tmp_path)), nprocs=2, join=False,
+        start_method="spawn",
+    )  # fmt: skip
+    single = Trainer(data, TrainConfig(**CONFIG), strategy=schedule())
+    history = [single.step() for _ in range(STEPS)]
+    _join(context, 180)
+    events = [e for m in history for e in m.events]
+    assert {"split", "reset"} <= set(events) or {"cloned", "reset"} <= set(events)
+    both = torch.load(tmp_path / "end.pt", weights_only=True)
+    for name, p in single.model.splats.items():
+        # Equal up to the order of float sums (two halves all-reduced vs one batch).
+        torch.testing.assert_close(both[name], p.detach(), rtol=1e-4, atol=1e-5)
+    # The checkpoint holds the run's densification sums, not process 0's share of them.
+    resumed = Trainer.resume_from(tmp_path / "mid.pt", data)
+    assert resumed.step_count == SAVE_AT
+    resumed.run()
+    for name, p in single.model.splats.items():
+        torch.testing.assert_close(resumed.model.splats[name], p, rtol=1e-4, atol=1e-5)
+
+
+def _workers_of(parent: psutil.Process) -> list[psutil.Process]:
+    """The spawned worker processes of the launcher ``parent`` (not multiprocessing's helper)."""
+    found = []
+    for child in parent.children(recursive=True):
+        try:
+            line = " ".join(child.cmdline())
+        except (psutil.AccessDenied, psutil.NoSuchProcess):
+            continue
+        if "spawn_main" in line and "resource_tracker" not in line:
+            found.append(child)
+    return found
+
+
+def test_a_killed_worker_stops_the_run_with_one_line_and_a_usable_checkpoint(tmp_path) -> None:
+    from gsnb.data.synthetic import make_synthetic_scene
+
+    scene = make_synthetic_scene(tmp_path / "scene", num_views=5, size=16, num_points=150)
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "gsnb.cli", "train", str(scene), "--out", str(out), "--nproc", "2",
+        "--batch-size", "2", "--device", "cpu", "--backend", "reference", "--sh-degree", "0",
+        "--steps", "1000000", "--checkpoint-every", "2", "--no-progress",
+    ]  # fmt: skip
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoint.pt").exists():
+            assert run.poll() is None, run.communicate()
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.2)
+        workers = _workers_of(psutil.Process(run.pid))
+        assert len(workers) == 2
+        max(workers, key=lambda p: p.pid).send_signal(signal.SIGKILL)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1
+    last = err.strip().splitlines()[-1]
+    assert re.match(r"gsnb train: error: worker [01] of 2 \(pid \d+\) ", last), last
+    assert "was killed by SIGKILL; the other workers were stopped" in last
+    assert f"checkpoint {out / 'checkpoint.pt'} holds step " in last
+    assert "continue with: gsnb train" in last and "--nproc 2 --resume" in last
+    resumed = Trainer.resume_from(out)  # the last checkpoint is whole and continues
+    start = resumed.step_count
+    assert start >= 2 and start % 2 == 0
+    resumed.run(steps=2)
+    assert resumed.step_count == start + 2

@@ -451,6 +451,11 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
     if trainer.device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(trainer.device)
         report["peak_gpu_memory_gib"] = round(peak / 2**30, 3)
+    peaks = getattr(trainer, "process_peaks", None)  # a data-parallel run: every process's
+    if peaks is not None:
+        report["processes"] = len(peaks)
+        if all(p is not None for p in peaks):
+            report["peak_gpu_memory_gib_per_process"] = [round(p / 2**30, 3) for p in peaks]
     if trainer.dataset.test_ids:
         result = trainer.evaluate()
         report["test"] = {

@@ -220,10 +220,20 @@ class DistributedTrainer(Trainer):
         return self._group.rank
 
     def leave_group(self) -> None:
-        """Train (or save) on as a one-process trainer; every process's sums are gathered."""
-        if self.process_group is not None:
-            self._gather_sums()
-            self.process_group = None
+        """Train (or save) on as a one-process trainer; every process's sums are gathered.
+
+        Every process calls it at the same step. ``process_peaks`` then holds each
+        process's peak allocated GPU memory in bytes (None on the CPU), by rank.
+        """
+        if self.process_group is None:
+            return
+        self._gather_sums()
+        on_cuda = self.device.type == "cuda"
+        peak = torch.cuda.max_memory_allocated() if on_cuda else None
+        peaks: list[Any] = [None] * self._group.world_size
+        _collective(lambda: dist.all_gather_object(peaks, peak))
+        self.process_peaks: list[int | None] = peaks
+        self.process_group = None
 
     # ------------------------------------------------------- agreed decisions
     def _checkpoint_due(self, step: int) -> bool:

@@ -332,6 +332,7 @@ def launch(
     Example:
         >>> launch(os.getpid.__call__, (), 1)  # doctest: +SKIP
     """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -357,6 +358,9 @@ def launch(
         results = elastic_launch(config, entry)(*args)
     except ChildFailedError as err:
         raise WorkerFailed(failure_text(err, nproc)) from err
+    except SignalException as err:  # the launcher itself was told to stop (Ctrl-C, kill)
+        name = signal.Signals(err.sigval).name
+        raise WorkerFailed(f"stopped by {name}; the workers were stopped with it") from err
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)

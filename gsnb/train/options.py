@@ -136,6 +136,34 @@ def add_config_options(
             )
 
 
+def config_argv(args: argparse.Namespace) -> list[str]:
+    """The options of :func:`add_config_options` that ``args`` gives, as a command line.
+
+    The inverse of parsing: a run started in another process (``%gs_train --nproc``)
+    gets the same settings.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_config_options(parser)
+        >>> argv = ["--steps", "70", "--no-random-background", "--checkpoint-every", "2m"]
+        >>> config_argv(parser.parse_args(argv))[:3]
+        ['--steps', '70', '--no-random-background']
+        >>> vars(parser.parse_args(config_argv(parser.parse_args(argv)))) == vars(
+        ...     parser.parse_args(argv))
+        True
+    """
+    argv: list[str] = []
+    for name in CONFIG_OPTIONS:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            argv.append(option_name(name) if value else "--no-" + option_name(name)[2:])
+        else:
+            argv += [option_name(name), str(value)]
+    return argv
+
+
 def show_default(value: Any) -> str:
     """A default as the help shows it: strings quoted, so ``'default'`` reads as a value.
 

@@ -158,7 +158,7 @@ def _train_command(args: argparse.Namespace, out: Path) -> list[str]:
 def _worker_entry(args: argparse.Namespace) -> int:
     """A worker started by :func:`_launch_workers`: its failure must be an exit code."""
     code = train_worker(args, folder_claimed=True)
-    if code:
+    if code not in (0, 130):  # 130: stopped by Ctrl-C with the others, after a checkpoint
         sys.exit(code)  # the launcher then stops the other workers
     return code
 
@@ -224,7 +224,7 @@ def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) 
 
             return _train_and_report(
                 trainer, out, name, not args.no_progress, resume=again,
-                after_run=lambda t: t.leave_group(),
+                after_run=_leave,
             )  # fmt: skip
     finally:
         if owns:
@@ -248,17 +248,25 @@ def _worker_trainer(args: argparse.Namespace, out: Path, progress: bool) -> Trai
     return DistributedTrainer(data, config, strategy=args.strategy, progress=progress)
 
 
+def _leave(trainer: Any) -> None:
+    """After the training loop: every process gathers (a finished run) or just leaves."""
+    if trainer.status == "finished":
+        trainer.leave_group()
+    else:  # stopped together: the last checkpoint gathered the sums
+        trainer.detach()
+
+
 def _follow(trainer: Trainer, name: str, rank: int, errors: Any) -> int:
     """A worker other than process 0: train in step with the others, then leave."""
     try:
         trainer.run()
-        trainer.leave_group()  # type: ignore[attr-defined]
+        _leave(trainer)
     except KeyboardInterrupt:
         return 130
     except (OSError, ValueError, RuntimeError) as err:
         print(f"{name}: worker {rank}: error: {err}", file=errors)
         return 1
-    return 0
+    return 0 if trainer.status == "finished" else 130
 
 
 def claim_folder(folder: RunFolder, args: argparse.Namespace, name: str) -> None:

@@ -213,6 +213,7 @@ class DistributedTrainer(Trainer):
         self.process_group = group
         self._group = group
         self._stop_wanted = False
+        self._agreed_stop = False
 
     @property
     def rank(self) -> int:
@@ -222,8 +223,10 @@ class DistributedTrainer(Trainer):
     def leave_group(self) -> None:
         """Train (or save) on as a one-process trainer; every process's sums are gathered.
 
-        Every process calls it at the same step. ``process_peaks`` then holds each
-        process's peak allocated GPU memory in bytes (None on the CPU), by rank.
+        Every process calls it at the same step (a collective). ``process_peaks`` then
+        holds each process's peak allocated GPU memory in bytes (None on the CPU), by
+        rank. After a stopped run, whose last checkpoint already gathered the sums, use
+        :meth:`detach` instead: a process that was interrupted may not call this.
         """
         if self.process_group is None:
             return
@@ -235,16 +238,31 @@ class DistributedTrainer(Trainer):
         self.process_peaks: list[int | None] = peaks
         self.process_group = None
 
+    def detach(self) -> None:
+        """Go on as a one-process trainer now, without a collective (see :meth:`leave_group`)."""
+        self.process_group = None
+
     # ------------------------------------------------------- agreed decisions
     def _checkpoint_due(self, step: int) -> bool:
-        """Process 0's decision (it keeps the time), and a stop wanted by any process."""
+        """Process 0's decision (it keeps the time), and a stop wanted by any process.
+
+        Called once at the end of every step; Ctrl-C or :meth:`stop` in any process stops
+        all of them after the same step.
+        """
         if self.process_group is None:
             return super()._checkpoint_due(step)
         due = self.rank == 0 and super()._checkpoint_due(step)
-        due, stop = self._group.any(due, self._stop_wanted)
+        interrupted = self._guard is not None and self._guard.requested
+        due, stop = self._group.any(due, self._stop_wanted or interrupted)
         if stop:
+            self._agreed_stop = True
             self._stop.set()
         return due
+
+    def _interrupted(self, guard: Any) -> bool:
+        if self.process_group is None:
+            return super()._interrupted(guard)
+        return self._agreed_stop
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop every process at the same step boundary (agreed at the end of a step)."""
@@ -348,20 +366,34 @@ def launch(
         max_restarts=0,
         monitor_interval=monitor_interval,
         start_method="spawn",
+        # Ctrl-C reaches the workers too, which stop after the same step and save; the
+        # agent would kill them at once.
+        signals_to_handle="SIGTERM,SIGHUP,SIGQUIT",
     )
     # The agent's log lines would bury the one-line reason.
     loggers = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.CRITICAL)
+    presses = []
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        presses.append(signum)
+        if len(presses) > 1:  # a second Ctrl-C: stop the workers now
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         results = elastic_launch(config, entry)(*args)
+    except KeyboardInterrupt as err:
+        raise WorkerFailed("interrupted twice; the workers were stopped at once") from err
     except ChildFailedError as err:
         raise WorkerFailed(failure_text(err, nproc)) from err
     except SignalException as err:  # the launcher itself was told to stop (Ctrl-C, kill)
         name = signal.Signals(err.sigval).name
         raise WorkerFailed(f"stopped by {name}; the workers were stopped with it") from err
     finally:
+        signal.signal(signal.SIGINT, previous)
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
     return max(int(code or 0) for code in results.values())

@@ -110,7 +110,9 @@ def _workers_of(parent: psutil.Process) -> list[psutil.Process]:
     return found
 
 
-def test_a_killed_worker_stops_the_run_with_one_line_and_a_usable_checkpoint(tmp_path) -> None:
+def _start_training(tmp_path: Path, every: int) -> tuple[subprocess.Popen, Path]:
+    """``gsnb train --nproc 2`` on a tiny scene, for ever, in a session of its own; returns
+    once it wrote its first checkpoint."""
     from gsnb.data.synthetic import make_synthetic_scene
 
     scene = make_synthetic_scene(tmp_path / "scene", num_views=5, size=16, num_points=150)
@@ -118,18 +120,40 @@ def test_a_killed_worker_stops_the_run_with_one_line_and_a_usable_checkpoint(tmp
     command = [
         sys.executable, "-m", "gsnb.cli", "train", str(scene), "--out", str(out), "--nproc", "2",
         "--batch-size", "2", "--device", "cpu", "--backend", "reference", "--sh-degree", "0",
-        "--steps", "1000000", "--checkpoint-every", "2", "--no-progress",
+        "--steps", "1000000", "--checkpoint-every", str(every), "--no-progress",
     ]  # fmt: skip
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     run = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (out / "checkpoint.pt").exists():
+        if run.poll() is not None or time.monotonic() > deadline:
+            run.kill()
+            pytest.fail(f"no checkpoint within 120 s: {run.communicate()}")
+        time.sleep(0.2)
+    return run, out
+
+
+def test_ctrl_c_stops_every_worker_after_the_same_step_with_a_checkpoint(tmp_path) -> None:
+    run, out = _start_training(tmp_path, every=20)
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "checkpoint.pt").exists():
-            assert run.poll() is None, run.communicate()
-            assert time.monotonic() < deadline, "no checkpoint within 120 s"
-            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the launcher and workers
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, err
+    found = re.search(r"interrupted after step (\d+); checkpoint (\S+) holds step (\d+)", err)
+    assert found and found.group(1) == found.group(3), err
+    assert "continue with: gsnb train" in err and "--nproc 2" in err
+    assert Trainer.resume_from(out).step_count == int(found.group(1))
+
+
+def test_a_killed_worker_stops_the_run_with_one_line_and_a_usable_checkpoint(tmp_path) -> None:
+    run, out = _start_training(tmp_path, every=2)
+    try:
         workers = _workers_of(psutil.Process(run.pid))
         assert len(workers) == 2
         max(workers, key=lambda p: p.pid).send_signal(signal.SIGKILL)

@@ -71,9 +71,9 @@ class _HalfStep:
 class Trainer(TrainingControl):
     """Train a :class:`~gsnb.model.GaussianModel` on a :class:`~gsnb.data.dataset.SceneDataset`.
 
-    One step renders one training view (in a shuffled order that repeats every
-    epoch), takes the loss ``(1 - lambda) * L1 + lambda * (1 - SSIM)`` plus any
-    regularisers, runs Adam and then the densification strategy. Everything
+    One step renders one training view, or ``config.batch_size`` of them in one call
+    (:mod:`gsnb.train.batch`), in a shuffled order that repeats every epoch, takes the
+    loss ``(1 - lambda) * L1 + lambda * (1 - SSIM)`` plus any regularisers, runs Adam and then the densification strategy. Everything
     random draws from generators seeded by ``config.seed``, so equal seeds give
     equal runs, and a run resumed from a checkpoint continues exactly.
 

@@ -74,8 +74,9 @@ class Trainer(TrainingControl):
     One step renders one training view, or ``config.batch_size`` of them in one call
     (:mod:`gsnb.train.batch`), in a shuffled order that repeats every epoch, takes the
     loss ``(1 - lambda) * L1 + lambda * (1 - SSIM)`` plus any regularisers, runs Adam
-    and then the densification strategy. Everything random draws from generators seeded by ``config.seed``, so equal seeds give
-    equal runs, and a run resumed from a checkpoint continues exactly.
+    and then the densification strategy. Everything random draws from generators
+    seeded by ``config.seed``, so equal seeds give equal runs, and a run resumed from a
+    checkpoint continues exactly.
 
     Interactive use: :meth:`step`, :meth:`run`, :meth:`start` (a background
     thread), :meth:`pause`, :meth:`resume`, :meth:`stop`, :meth:`set` (applied

@@ -130,6 +130,8 @@ def _launch_workers(args: argparse.Namespace) -> int:
     out = Path(args.out)
     folder = RunFolder(out)
     try:
+        batch = None if args.resume else (args.batch_size or 1)  # a resume: the checkpoint's
+        distributed.check_workers(args.nproc, args.device or "auto", batch)
         claim_folder(folder, args, "gsnb train")
     except (OSError, ValueError, RuntimeError) as err:
         print(f"gsnb train: error: {err}", file=sys.stderr)

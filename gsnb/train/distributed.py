@@ -330,6 +330,27 @@ def _joined_group(device: torch.device) -> TorchProcessGroup:
 
 
 # ------------------------------------------------------------------ launching
+def check_workers(nproc: int, device: str, batch_size: int | None) -> None:
+    """Refuse, before starting anything, ``nproc`` workers that cannot run.
+
+    ``batch_size`` None (a resumed run) takes the checkpoint's, checked by the workers.
+
+    Example:
+        >>> check_workers(2, "cpu", 3)
+        Traceback (most recent call last):
+        ...
+        ValueError: batch_size 3 does not split evenly over 2 processes; use a multiple of 2
+    """
+    if batch_size is not None:
+        batch.check_batch(batch_size, nproc)
+    gpus = torch.cuda.device_count() if device != "cpu" else 0
+    if (device == "cuda" and gpus < nproc) or (device == "auto" and 0 < gpus < nproc):
+        raise ValueError(
+            f"--nproc {nproc} needs {nproc} GPUs, {gpus} visible; use --nproc {max(gpus, 1)} "
+            "(or --device cpu for gloo on the CPU)"
+        )
+
+
 class WorkerFailed(RuntimeError):
     """A worker process died or failed; the launcher stopped the others."""
 

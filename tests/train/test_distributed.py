@@ -23,7 +23,11 @@ import torch.multiprocessing as mp
 from gsnb.train import TrainConfig, Trainer
 from gsnb.train.strategy import DefaultStrategy
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+def starts_workers(test):
+    """A test that starts worker processes: tens of seconds on two CPU cores, 240 s at most."""
+    return pytest.mark.slow(pytest.mark.timeout(240)(test))
+
 
 STEPS, SAVE_AT = 16, 10
 CONFIG = dict(
@@ -74,6 +78,7 @@ def _join(context, seconds: float) -> None:
                 process.kill()
 
 
+@starts_workers
 def test_two_processes_equal_one_and_their_checkpoint_resumes_in_one(make_scene, tmp_path) -> None:
     data = make_scene(views=5)
     context = mp.start_processes(
@@ -136,6 +141,7 @@ def _start_training(tmp_path: Path, every: int) -> tuple[subprocess.Popen, Path]
     return run, out
 
 
+@starts_workers
 def test_ctrl_c_stops_every_worker_after_the_same_step_with_a_checkpoint(tmp_path) -> None:
     run, out = _start_training(tmp_path, every=20)
     try:
@@ -151,6 +157,7 @@ def test_ctrl_c_stops_every_worker_after_the_same_step_with_a_checkpoint(tmp_pat
     assert Trainer.resume_from(out).step_count == int(found.group(1))
 
 
+@starts_workers
 def test_a_killed_worker_stops_the_run_with_one_line_and_a_usable_checkpoint(tmp_path) -> None:
     run, out = _start_training(tmp_path, every=2)
     try:
@@ -172,3 +179,27 @@ def test_a_killed_worker_stops_the_run_with_one_line_and_a_usable_checkpoint(tmp
     assert start >= 2 and start % 2 == 0
     resumed.run(steps=2)
     assert resumed.step_count == start + 2
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--nproc", "2"], "batch_size 1 does not split evenly over 2 processes"),
+        (["--nproc", "2", "--batch-size", "3"], "use a multiple of 2"),
+    ],
+)
+def test_workers_that_cannot_run_are_refused_before_any_starts(
+    tmp_path, capsys, options, message
+) -> None:
+    import argparse
+
+    from gsnb.train.commands import train, train_arguments
+
+    parser = argparse.ArgumentParser()
+    train_arguments(parser)
+    out = tmp_path / "out"
+    args = parser.parse_args([str(tmp_path), "--out", str(out), "--device", "cpu", *options])
+    assert train(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gsnb train: error: ") and message in err and len(err.splitlines()) == 1
+    assert not out.exists()

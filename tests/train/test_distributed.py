@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -102,16 +101,17 @@ def test_two_processes_equal_one_and_their_checkpoint_resumes_in_one(make_scene,
         torch.testing.assert_close(resumed.model.splats[name], p, rtol=1e-4, atol=1e-5)
 
 
-def _workers_of(parent: psutil.Process) -> list[psutil.Process]:
-    """The spawned worker processes of the launcher ``parent`` (not multiprocessing's helper)."""
+def _workers_of(parent: int) -> list[int]:
+    """The pids of the spawned workers of the launcher ``parent`` (Linux: read from /proc)."""
     found = []
-    for child in parent.children(recursive=True):
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            line = " ".join(child.cmdline())
-        except (psutil.AccessDenied, psutil.NoSuchProcess):
-            continue
-        if "spawn_main" in line and "resource_tracker" not in line:
-            found.append(child)
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            line = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, ValueError):
+            continue  # a process that ended meanwhile
+        if ppid == parent and "spawn_main" in line and "resource_tracker" not in line:
+            found.append(int(stat.parent.name))
     return found
 
 
@@ -158,12 +158,13 @@ def test_ctrl_c_stops_every_worker_after_the_same_step_with_a_checkpoint(tmp_pat
 
 
 @starts_workers
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the workers in /proc")
 def test_a_killed_worker_stops_the_run_with_one_line_and_a_usable_checkpoint(tmp_path) -> None:
     run, out = _start_training(tmp_path, every=2)
     try:
-        workers = _workers_of(psutil.Process(run.pid))
+        workers = _workers_of(run.pid)
         assert len(workers) == 2
-        max(workers, key=lambda p: p.pid).send_signal(signal.SIGKILL)
+        os.kill(max(workers), signal.SIGKILL)
         _, err = run.communicate(timeout=60)
     finally:
         if run.poll() is None:

@@ -18,11 +18,13 @@ from gsnb.train import TrainConfig, Trainer
 
 MODULES = [
     "gsnb.train",
+    "gsnb.train.batch",
     "gsnb.train.checkpoint",
     "gsnb.train.commands",
     "gsnb.train.config",
     "gsnb.train.estimate",
     "gsnb.train.control",
+    "gsnb.train.distributed",
     "gsnb.train.evaluation",
     "gsnb.train.health",
     "gsnb.train.inputs",

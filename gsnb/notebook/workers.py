@@ -5,12 +5,14 @@ elastic launcher spawns), so the magic runs ``gsnb train ... --nproc N`` in the
 background, as a terminal would, and shows process 0's progress and summary in a
 widget. What the one-process panel has and this has not (yet): knobs, start/pause,
 live curves and render, and the 3D viewer, since these drive a :class:`Trainer` object
-in the kernel; here the run is steered by its options, stopped with :meth:`stop`, and
-its results are read from the output folder (``checkpoint.pt``, ``summary.json``).
+in the kernel; here the run is steered by its options, stopped with :meth:`stop` (every
+worker after the same step, with a checkpoint), and its results are read from the output
+folder (``checkpoint.pt``, ``summary.json``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import signal
@@ -75,14 +77,21 @@ class BackgroundTraining:
         return code
 
     def stop(self, timeout: float = 60.0) -> int | None:
-        """Stop every worker (SIGTERM to the launcher); the last periodic checkpoint remains."""
-        if self.running:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        return self.returncode
+        """Stop every worker after the same step, with a checkpoint, as Ctrl-C in a terminal.
+
+        Past ``timeout`` seconds the launcher is told to stop them at once (the last
+        periodic checkpoint then remains). Returns the exit code (130: stopped).
+        """
+        if not self.running:
+            return self.returncode
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGINT)  # the launcher's session: all workers
+        try:
+            return self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGINT)  # twice: at once
+            return self.wait(timeout)
 
     def _read(self) -> None:
         stream = self.process.stdout

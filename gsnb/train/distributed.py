@@ -18,11 +18,16 @@ Processes are started by torch.distributed's elastic launcher: ``gsnb train DATA
 DATA ...`` runs the same code (it reads ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``).
 NCCL connects the processes on CUDA, gloo on the CPU.
 
-What one process alone does not do here: knob changes (:meth:`Trainer.set`) must be
-made in every process at the same step (nothing forwards them), ``save_checkpoint``
-must be called by every process at the same step (the training loop does so), and
-Ctrl-C stops all workers at once (the launcher terminates them), so the last periodic
-checkpoint is the one that remains.
+Stopping: Ctrl-C reaches every worker (the launcher leaves the first one to them); they
+agree at the end of a step to stop after it, write a checkpoint and exit with 130. A
+second Ctrl-C, or a worker that dies, makes the launcher stop them all at once: the last
+checkpoint written remains. Every step ends with one tiny all_reduce for these agreed
+decisions (and process 0's time-based checkpoint decision).
+
+What differs from one process: knob changes (:meth:`Trainer.set`) must be made in
+every process at the same step (nothing forwards them yet), ``save_checkpoint`` must
+be called by every process at the same step (the training loop does so), and
+``eval_every`` evaluates in every process (the same numbers; process 0 reports them).
 
 Example:
     >>> import os

@@ -3,11 +3,17 @@
 The notebook kernel cannot be one of the workers (each is a fresh process that the
 elastic launcher spawns), so the magic runs ``gsnb train ... --nproc N`` in the
 background, as a terminal would, and shows process 0's progress and summary in a
-widget. What the one-process panel has and this has not (yet): knobs, start/pause,
-live curves and render, and the 3D viewer, since these drive a :class:`Trainer` object
-in the kernel; here the run is steered by its options, stopped with :meth:`stop` (every
-worker after the same step, with a checkpoint), and its results are read from the output
-folder (``checkpoint.pt``, ``summary.json``).
+widget. The run is steered by its options, stopped with :meth:`stop` (every worker
+after the same step, with a checkpoint), and its results are read from the output
+folder (``checkpoint.pt``, ``summary.json``, ``metrics.jsonl``).
+
+Missing with ``--nproc``, since each drives a :class:`Trainer` object in the kernel:
+the knobs (a change must reach every worker at the same step: process 0 would have to
+broadcast its pending knobs in the collective that ends each step, and the kernel send
+them to process 0), pause/resume, the live curves and render of the panel (process 0
+would have to publish its metrics and a render, e.g. through a local socket), and the
+3D viewer. Until then: train with ``--nproc``, then load the checkpoint in the kernel
+(``Trainer.resume_from(OUT)``) for the panel, viewer and export.
 """
 
 from __future__ import annotations

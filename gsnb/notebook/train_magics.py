@@ -14,6 +14,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from gsnb.notebook.build_magics import magic_parser
 from gsnb.train.options import (
     add_config_options,
+    add_nproc_option,
     add_out_option,
     add_resume_option,
     add_strategy_option,
@@ -50,6 +51,7 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--viewer", action="store_true", help="also open the 3D viewer (viser)")
     parser.add_argument("--port", type=int, default=0, help="viewer port (default 0: a free one)")
     add_strategy_option(parser)
+    add_nproc_option(parser)
     add_config_options(parser)
 
 
@@ -157,6 +159,11 @@ class TrainMagics(Magics):
                 f"%gs_train: {args.name} is still training; call {args.name}.stop() first, "
                 "or pass --name to keep both"
             )
+        if args.nproc > 1:  # worker processes: the run lives outside this kernel
+            run = start_workers(args, namespace)
+            namespace[args.name] = run
+            display(run)
+            return
         trainer = None
         try:
             trainer = make_trainer(args, namespace)
@@ -179,6 +186,30 @@ class TrainMagics(Magics):
             viewer.show()
         if not args.no_start:
             panel.start_button.click()
+
+
+def start_workers(args: argparse.Namespace, namespace: dict[str, Any]) -> Any:
+    """``%gs_train --nproc N``: ``gsnb train`` with N workers in the background, shown live.
+
+    Returns a :class:`~gsnb.notebook.workers.BackgroundTraining`. The data must be a
+    folder (every worker loads it) and ``--out`` is required (the results land there).
+    """
+    from gsnb.data.dataset import SceneDataset
+    from gsnb.notebook.workers import BackgroundTraining, train_command
+
+    if args.out is None:
+        raise UsageError("%gs_train --nproc needs --out: the workers write their results there")
+    if isinstance(namespace.get(args.data), SceneDataset) or not Path(args.data).exists():
+        raise UsageError(
+            f"%gs_train --nproc: {args.data!r} is not a dataset folder; the workers load the "
+            "data themselves, so pass its folder rather than a notebook variable"
+        )
+    if args.viewer or args.no_start:
+        raise UsageError(
+            "%gs_train --nproc: --viewer and --no-start need a trainer in this kernel; with "
+            "--nproc the run is steered by its options (stop it with NAME.stop())"
+        )
+    return BackgroundTraining(train_command(args), Path(args.out))
 
 
 def _stop_viewer(viewer: object) -> None:

@@ -1,6 +1,6 @@
 """``gsnb train`` (photos -> trained scene) and ``gsnb demo`` (a synthetic scene, no download).
 
-gsnb train DATA --out DIR [--resume CHECKPOINT] [--strategy default|mcmc] [--steps N] ...
+gsnb train DATA --out DIR [--resume CHECKPOINT] [--strategy default|mcmc] [--nproc N] ...
 gsnb demo [--out DIR] [--size PX] [--views N] [--no-video] [--strategy ...] [--steps N] ...
 
 Both take every setting of :class:`~gsnb.train.config.TrainConfig` as an option
@@ -29,6 +29,7 @@ from gsnb.train.filter3d import exported_model
 from gsnb.train.metrics_file import write_metrics
 from gsnb.train.options import (
     add_config_options,
+    add_nproc_option,
     add_out_option,
     add_progress_option,
     add_resume_option,
@@ -60,6 +61,7 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     add_resume_option(parser)
     add_progress_option(parser)
     add_strategy_option(parser)
+    add_nproc_option(parser)
     add_config_options(parser)
 
 
@@ -79,7 +81,16 @@ def train(args: argparse.Namespace) -> int:
     """``gsnb train``: train on a dataset and report test PSNR/SSIM and where files went.
 
     Returns the exit code: 0, 1 after an error (printed in one line), 130 when interrupted.
+    With ``--nproc N`` it starts N data-parallel workers (see :mod:`gsnb.train.distributed`);
+    started by ``torchrun`` (``RANK``/``WORLD_SIZE`` set), it is one of them.
     """
+    from gsnb.train import distributed
+
+    world = distributed.world_from_env()
+    if world is not None and world.world_size > 1:
+        return train_worker(args)
+    if getattr(args, "nproc", 1) > 1:
+        return _launch_workers(args)
     out = Path(args.out)
     folder = RunFolder(out)
     try:
@@ -113,6 +124,154 @@ def train(args: argparse.Namespace) -> int:
         folder.release()
 
 
+def _launch_workers(args: argparse.Namespace) -> int:
+    """``gsnb train --nproc N``: hold the run folder, start the workers, report a dead one."""
+    from gsnb.train import distributed
+
+    out = Path(args.out)
+    folder = RunFolder(out)
+    try:
+        batch = None if args.resume else (args.batch_size or 1)  # a resume: the checkpoint's
+        distributed.check_workers(args.nproc, args.device or "auto", batch)
+        claim_folder(folder, args, "gsnb train")
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"gsnb train: error: {err}", file=sys.stderr)
+        return 1
+    code = 1
+    try:
+        code = distributed.launch(_worker_entry, (args,), args.nproc)
+    except distributed.WorkerFailed as err:
+        saved = distributed.last_checkpoint_text(out)
+        if saved is None:
+            tail = "; no checkpoint was written, so the run cannot be continued"
+        else:
+            again = [*_train_command(args, out), "--resume", str(out)]
+            tail = f"; {saved}; continue with: {shlex.join(again)}"
+        print(f"gsnb train: error: {err}{tail}", file=sys.stderr)
+    finally:
+        folder.release(remove_if_new=code != 0)
+    return code
+
+
+def _train_command(args: argparse.Namespace, out: Path) -> list[str]:
+    command = ["gsnb", "train", str(args.data), "--out", str(out)]
+    return command + (["--nproc", str(args.nproc)] if getattr(args, "nproc", 1) > 1 else [])
+
+
+def _worker_entry(args: argparse.Namespace) -> int:
+    """A worker started by :func:`_launch_workers`: its failure must be an exit code."""
+    code = train_worker(args, folder_claimed=True)
+    if code not in (0, 130):  # 130: stopped by Ctrl-C with the others, after a checkpoint
+        sys.exit(code)  # the launcher then stops the other workers
+    return code
+
+
+def train_worker(args: argparse.Namespace, folder_claimed: bool = False) -> int:
+    """One data-parallel worker of ``gsnb train``: join the others, train, and (process 0)
+    write the results. Every worker loads the data and builds the same trainer; only
+    process 0 prints, and holds the run folder unless the launcher does
+    (``folder_claimed``). Returns the exit code.
+    """
+    from gsnb.train import distributed
+
+    group = distributed.init_process_group(args.device or "auto")
+    try:
+        return _train_in_group(args, group, folder_claimed)
+    except distributed.PeerLost as err:
+        if not folder_claimed:  # under torchrun: say why; gsnb's launcher names the worker
+            print(f"gsnb train: worker {group.rank}: error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        distributed.destroy_process_group()
+
+
+def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) -> int:
+    import contextlib
+
+    rank0 = group.rank == 0
+    name = "gsnb train"
+    errors = sys.stderr
+    quiet = contextlib.ExitStack()
+    if not rank0:  # the other workers stay silent but for their own errors
+        sink = quiet.enter_context(open(os.devnull, "w"))  # noqa: SIM115
+        quiet.enter_context(contextlib.redirect_stdout(sink))
+        quiet.enter_context(contextlib.redirect_stderr(sink))
+    out = Path(args.out)
+    folder = RunFolder(out)
+    owns = rank0 and not folder_claimed
+    try:
+        with quiet:
+            failed: BaseException | None = None
+            trainer: Trainer | None = None
+            try:
+                if owns:
+                    claim_folder(folder, args, name)
+                trainer = _worker_trainer(args, out, progress=rank0 and not args.no_progress)
+                if rank0:
+                    preflight(trainer, folder, progress=not args.no_progress)
+            except (OSError, ValueError, RuntimeError) as err:
+                failed = err
+            anyone, first = group.any(failed is not None, rank0 and failed is not None)
+            if anyone or trainer is None:
+                if failed is not None and (rank0 or not first):  # one process says it
+                    who = "" if rank0 else f"worker {group.rank}: "
+                    print(f"{name}: {who}error: {failed}", file=errors)
+                if owns:
+                    folder.release(remove_if_new=True)
+                return 1
+            if not rank0:
+                return _follow(trainer, name, group.rank, errors)
+
+            def again(path: Path) -> list[str]:
+                return [*_train_command(args, out), "--resume", str(path)]
+
+            return _train_and_report(
+                trainer, out, name, not args.no_progress, resume=again,
+                after_run=_leave,
+            )  # fmt: skip
+    finally:
+        if owns:
+            folder.release()
+
+
+def _worker_trainer(args: argparse.Namespace, out: Path, progress: bool) -> Trainer:
+    from gsnb.train.distributed import DistributedTrainer
+
+    if args.resume:
+        return resume_run(args, out, trainer_class=DistributedTrainer)
+    from gsnb.data.dataset import load_dataset
+
+    config = train_config(args)
+    data = load_dataset(
+        args.data,
+        downscale=config.downscale,
+        test_every=config.test_every,
+        cache_dir=config.cache_dir,
+    )
+    return DistributedTrainer(data, config, strategy=args.strategy, progress=progress)
+
+
+def _leave(trainer: Any) -> None:
+    """After the training loop: every process gathers (a finished run) or just leaves."""
+    if trainer.status == "finished":
+        trainer.leave_group()
+    else:  # stopped together: the last checkpoint gathered the sums
+        trainer.detach()
+
+
+def _follow(trainer: Trainer, name: str, rank: int, errors: Any) -> int:
+    """A worker other than process 0: train in step with the others, then leave."""
+    try:
+        trainer.run()
+        _leave(trainer)
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"{name}: worker {rank}: error: {err}", file=errors)
+        return 1
+    return 0 if trainer.status == "finished" else 130
+
+
 def claim_folder(folder: RunFolder, args: argparse.Namespace, name: str) -> None:
     """Take ``folder`` for the run ``args`` describe (see :meth:`RunFolder.claim`) and say
     what was recovered from a killed run."""
@@ -143,7 +302,10 @@ def preflight(trainer: Trainer, folder: RunFolder, progress: bool = False) -> No
 
 
 def resume_run(
-    args: argparse.Namespace, out: Path | None, dataset: SceneDataset | None = None
+    args: argparse.Namespace,
+    out: Path | None,
+    dataset: SceneDataset | None = None,
+    trainer_class: type[Trainer] = Trainer,
 ) -> Trainer:
     """The run saved in ``args.resume`` (``gsnb train|demo --resume``, ``%gs_train --resume``).
 
@@ -175,7 +337,7 @@ def resume_run(
             cache_dir=saved.get("cache_dir"),
         )
     device = None if args.device in (None, "auto") else args.device
-    trainer = Trainer.resume_from(source, dataset, device=device)
+    trainer = trainer_class.resume_from(source, dataset, device=device)
     if out is not None:
         trainer.config.out_dir = str(out)
     given = {
@@ -222,10 +384,12 @@ def _train_and_report(
     progress: bool,
     resume: Callable[[Path], list[str]],
     extra: Callable[[Trainer], dict[str, str]] | None = None,
+    after_run: Callable[[Trainer], None] | None = None,
 ) -> int:
     """Run to the end, then evaluate, write the files (``extra`` adds more) and print a summary.
 
-    ``resume(checkpoint)`` is the command line that continues this run.
+    ``resume(checkpoint)`` is the command line that continues this run; ``after_run``
+    is called once the training loop has ended without an error.
     """
     print(f"{name}: {trainer!r}")
     print(f"  data: {trainer.dataset!r}")
@@ -235,6 +399,8 @@ def _train_and_report(
     start = time.perf_counter()
     try:
         trainer.run(progress=progress)
+        if after_run is not None:
+            after_run(trainer)
     except KeyboardInterrupt:
         print(interrupted_text(name, trainer, resume), file=sys.stderr)
         return 130
@@ -296,6 +462,11 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
     if trainer.device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(trainer.device)
         report["peak_gpu_memory_gib"] = round(peak / 2**30, 3)
+    peaks = getattr(trainer, "process_peaks", None)  # a data-parallel run: every process's
+    if peaks is not None:
+        report["processes"] = len(peaks)
+        if all(p is not None for p in peaks):
+            report["peak_gpu_memory_gib_per_process"] = [round(p / 2**30, 3) for p in peaks]
     if trainer.dataset.test_ids:
         result = trainer.evaluate()
         report["test"] = {

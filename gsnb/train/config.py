@@ -24,6 +24,13 @@ class TrainConfig:
             (default 8, INRIA's convention; 0 trains on every view).
         steps: length of the run in steps, one image per step (default 30000, INRIA).
             The means' learning rate decays over this many steps. Live.
+        batch_size: views rendered per step, in one render call, loss averaged over them
+            (default 1, INRIA). Over several processes it is the global batch, split evenly
+            between them. Each learning rate is multiplied by ``sqrt(batch_size)``, Adam's
+            betas become ``1 - batch_size * (1 - beta)`` (at least 0) and its epsilon
+            ``1e-15 / sqrt(batch_size)``, as gsplat's ``simple_trainer`` does. ``steps`` and
+            every schedule (``sh_degree_interval``, the strategy's) still count steps: divide
+            them by ``batch_size`` to show each view as often as a run of batch 1.
         seed: seed of every random choice of the run (view order, splits,
             noise, backgrounds); equal seeds give equal runs (default 0).
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``.
@@ -120,6 +127,7 @@ class TrainConfig:
     downscale: int = knob(1, low=1, live=False)
     test_every: int = knob(8, low=0, live=False)
     steps: int = knob(30_000, low=1)
+    batch_size: int = knob(1, low=1, high=256, live=False)
     seed: int = knob(0, live=False)
     device: str = knob("auto", choices=("auto", "cpu", "cuda"), live=False)
     backend: str = knob("auto", choices=("auto", "cuda", "reference"), live=False)
@@ -167,6 +175,12 @@ class TrainConfig:
             raise ValueError(f"init_scale must be positive, got {self.init_scale!r}")
         if self.init_opacity is not None and not 0.0 < self.init_opacity < 1.0:
             raise ValueError(f"init_opacity must lie in (0, 1), got {self.init_opacity!r}")
+        if self.batch_size > 1 and (self.exposure or self.pose_refine):
+            # Their corrections are applied per rendered view, in the one-view step only.
+            raise ValueError(
+                "exposure and pose_refine train one view per step: use batch_size 1 "
+                f"(and one process) with them, got batch_size {self.batch_size}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only, for checkpoints and JSON.

@@ -116,7 +116,9 @@ class TrainingControl:
         self._status = "running"
         try:
             with guard.installed(), self._guarded(guard):
-                while self._step < end() and not self._stop.is_set() and not guard.requested:
+                while (
+                    self._step < end() and not self._stop.is_set() and not self._interrupted(guard)
+                ):
                     last = self._step_locked(gated=False)
                     assert last is not None
                     self._after_step(last)
@@ -142,6 +144,10 @@ class TrainingControl:
             raise KeyboardInterrupt(f"training interrupted after step {self._step}")
         self._finish(self._end_status())
         return last
+
+    def _interrupted(self, guard: InterruptGuard) -> bool:
+        """Whether Ctrl-C asked :meth:`run` to stop after this step (several processes agree)."""
+        return guard.requested
 
     def start(self, steps: int | None = None) -> None:
         """Train in a background thread (``steps`` more, default until ``config.steps``)."""

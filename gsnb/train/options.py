@@ -136,6 +136,34 @@ def add_config_options(
             )
 
 
+def config_argv(args: argparse.Namespace) -> list[str]:
+    """The options of :func:`add_config_options` that ``args`` gives, as a command line.
+
+    The inverse of parsing: a run started in another process (``%gs_train --nproc``)
+    gets the same settings.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_config_options(parser)
+        >>> argv = ["--steps", "70", "--no-random-background", "--checkpoint-every", "2m"]
+        >>> config_argv(parser.parse_args(argv))[:3]
+        ['--steps', '70', '--no-random-background']
+        >>> vars(parser.parse_args(config_argv(parser.parse_args(argv)))) == vars(
+        ...     parser.parse_args(argv))
+        True
+    """
+    argv: list[str] = []
+    for name in CONFIG_OPTIONS:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            argv.append(option_name(name) if value else "--no-" + option_name(name)[2:])
+        else:
+            argv += [option_name(name), str(value)]
+    return argv
+
+
 def show_default(value: Any) -> str:
     """A default as the help shows it: strings quoted, so ``'default'`` reads as a value.
 
@@ -277,6 +305,33 @@ def ignored_on_resume(args: argparse.Namespace) -> list[str]:
         for name in CONFIG_OPTIONS
         if name not in RESUME_OPTIONS and getattr(args, name, None) is not None
     ]
+
+
+def add_nproc_option(parser: argparse.ArgumentParser) -> None:
+    """``--nproc N``: train with N data-parallel processes (one per GPU) on this machine.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_nproc_option(parser)
+        >>> parser.parse_args(["--nproc", "2"]).nproc
+        2
+    """
+    parser.add_argument(
+        "--nproc",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="data-parallel processes on this machine, one per GPU (gloo on the CPU): each "
+        "renders batch_size / N views of every step (default: 1). Started with "
+        "torch.distributed's elastic launcher; the same command runs under torchrun",
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def add_progress_option(parser: argparse.ArgumentParser) -> None:

@@ -18,8 +18,8 @@ from torch import Tensor
 
 from gsnb.model import GaussianModel, checked_background
 from gsnb.raster import RenderResult
+from gsnb.train import batch, regularizers
 from gsnb.train import checkpoint as ckpt
-from gsnb.train import regularizers
 from gsnb.train.config import TrainConfig
 from gsnb.train.control import TrainingControl
 from gsnb.train.corrections import ViewCorrections, training_views
@@ -73,11 +73,12 @@ class _HalfStep:
 class Trainer(TrainingControl):
     """Train a :class:`~gsnb.model.GaussianModel` on a :class:`~gsnb.data.dataset.SceneDataset`.
 
-    One step renders one training view (in a shuffled order that repeats every
-    epoch), takes the loss ``(1 - lambda) * L1 + lambda * (1 - SSIM)`` plus any
-    regularisers, runs Adam and then the densification strategy. Everything
-    random draws from generators seeded by ``config.seed``, so equal seeds give
-    equal runs, and a run resumed from a checkpoint continues exactly.
+    One step renders one training view, or ``config.batch_size`` of them in one call
+    (:mod:`gsnb.train.batch`), in a shuffled order that repeats every epoch, takes the
+    loss ``(1 - lambda) * L1 + lambda * (1 - SSIM)`` plus any regularisers, runs Adam
+    and then the densification strategy. Everything random draws from generators
+    seeded by ``config.seed``, so equal seeds give equal runs, and a run resumed from a
+    checkpoint continues exactly.
 
     Interactive use: :meth:`step`, :meth:`run`, :meth:`start` (a background
     thread), :meth:`pause`, :meth:`resume`, :meth:`stop`, :meth:`set` (applied
@@ -176,6 +177,9 @@ class Trainer(TrainingControl):
         self.optimizer = make_optimizer(self.model.splats, learning_rates(cfg, 0, self.extent))
         halves = len(views) - len(dataset.train)
         self.corrections = ViewCorrections(cfg, views, halves, self.extent, self.device)
+        batch.apply_adam_settings(self.optimizer, cfg.batch_size)
+        # The processes of a data-parallel run (gsnb.train.distributed); None: this one alone.
+        self.process_group: batch.ProcessGroup | None = None
         self.strategy_state: dict[str, Any] = self.strategy.initialize_state(self.extent)
         self._step = 0
         self.skipped_steps = 0
@@ -275,23 +279,51 @@ class Trainer(TrainingControl):
     def _train_step_unsafe(self) -> StepMetrics:
         start = time.perf_counter()
         cfg, step = self.config, self._step
-        rates = learning_rates(cfg, step, self.extent)
+        rates = batch.scaled_rates(learning_rates(cfg, step, self.extent), cfg.batch_size)
         set_learning_rates(self.optimizer, rates)
-        idx = self._order.next()
-        target = self.train_images.image(idx, self._order.peek(PREFETCH))
-        height, width = target.shape[:2]
-        viewmat, K = self.train_images.cameras[idx]
-        degree = self.sh_degree_now
-        bg = step_background(self.background, cfg.random_background, self._gen)
-        self.optimizer.zero_grad(set_to_none=True)
+        group = self.process_group
+        if cfg.batch_size > 1 or group is not None:  # several views per step: gsnb.train.batch
+            rank, world = (0, 1) if group is None else (group.rank, group.world_size)
+            ids, upcoming = batch.draw_views(self._order, cfg.batch_size, rank, world)
+            idx = ids[0]
+            degree = self.sh_degree_now
+            bg = step_background(self.background, cfg.random_background, self._gen)
+            self.optimizer.zero_grad(set_to_none=True)
 
-        out = self._render(viewmat, K, width, height, degree, bg, self.strategy.absgrad, view=idx)
-        means2d = out.meta.means2d
-        if means2d.requires_grad:
-            means2d.retain_grad()
-        rgb = out.rgb.squeeze(0)  # a view: its backward launches nothing (indexing's would)
-        rgb, target = self.corrections.for_loss(rgb, target, idx)
-        loss, l1, ssim_value, mse = photometric_terms(rgb, target, cfg.ssim_lambda)
+            def render(viewmats: Tensor, Ks: Tensor, width: int, height: int) -> RenderResult:
+                return self._render(viewmats, Ks, width, height, degree, bg, self.strategy.absgrad)
+
+            terms, info = batch.render_batch(
+                render, self.train_images, ids, upcoming, cfg.ssim_lambda
+            )
+            loss, l1, ssim_value, mse = terms
+            info["process_group"] = group
+        else:
+            idx = self._order.next()
+            target = self.train_images.image(idx, self._order.peek(PREFETCH))
+            height, width = target.shape[:2]
+            viewmat, K = self.train_images.cameras[idx]
+            degree = self.sh_degree_now
+            bg = step_background(self.background, cfg.random_background, self._gen)
+            self.optimizer.zero_grad(set_to_none=True)
+
+            out = self._render(
+                viewmat, K, width, height, degree, bg, self.strategy.absgrad, view=idx
+            )
+            means2d = out.meta.means2d
+            if means2d.requires_grad:
+                means2d.retain_grad()
+            rgb = out.rgb.squeeze(0)  # a view: its backward launches nothing (indexing's would)
+            rgb, target = self.corrections.for_loss(rgb, target, idx)
+            loss, l1, ssim_value, mse = photometric_terms(rgb, target, cfg.ssim_lambda)
+            info = {
+                "means2d": means2d,
+                "radii": out.meta.radii,
+                "width": width,
+                "height": height,
+                "n_cameras": 1,
+                "absgrad": screen_absgrad(out),
+            }
         extra = regularizers.regularization(
             self.model.splats, cfg, self.extent, self.strategy.regularization(self.model.splats)
         )
@@ -299,12 +331,15 @@ class Trainer(TrainingControl):
             loss = loss + extra
         loss.backward()
         params = list(self.model.splats.values())
+        with torch.no_grad():
+            metrics = torch.stack([loss.detach(), l1.detach(), ssim_value.detach(), mse.detach()])
+        if group is not None:  # the mean over the processes, of the gradients and of the loss
+            metrics = group.average(params, metrics)
         if cfg.scale_grad_clip > 0 and self.model.splats["scales"].grad is not None:
             torch.nn.utils.clip_grad_norm_([self.model.splats["scales"]], cfg.scale_grad_clip)
         grads = [p.grad for p in params if p.grad is not None] + self.corrections.grads()
         with torch.no_grad():
             # The gradient norm comes with the health sums (a NaN/Inf gradient is counted there).
-            metrics = torch.stack([loss.detach(), l1.detach(), ssim_value.detach(), mse.detach()])
             values = torch.cat([metrics, health_sums(self.model.splats, grads)])
         read = values.tolist()  # the step's one host sync
         host = dict(zip(("loss", "l1", "ssim", "mse"), read[:4], strict=True))
@@ -312,14 +347,6 @@ class Trainer(TrainingControl):
         host |= signals_from_sums(read[4:], self.num_gaussians, self.extent)
         ok = math.isfinite(host["loss"]) and host["grads_finite"] > 0.5
         skipped = not ok and cfg.skip_nonfinite
-        info = {
-            "means2d": means2d,
-            "radii": out.meta.radii,
-            "width": width,
-            "height": height,
-            "n_cameras": 1,
-            "absgrad": screen_absgrad(out),
-        }
         half = _HalfStep(step, start, rates, degree, idx, host, skipped, info)
         guard = self._guard
         self._committing = True

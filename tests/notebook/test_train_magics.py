@@ -132,3 +132,27 @@ def test_a_new_run_stops_the_viewer_of_the_old_one_under_its_name(shell, dataset
     assert second is not first and second.port == port and "stopped" in repr(first)
     second.stop()
     assert port_is_free("127.0.0.1", port)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_nproc_trains_in_worker_processes_and_shows_process_0s_output(shell, scene_root, tmp_path):
+    from gsnb.notebook.workers import BackgroundTraining
+
+    out = tmp_path / "run"
+    line = (
+        f"{scene_root} --out {out} --nproc 2 --batch-size 2 --steps 3 --backend reference {QUICK}"
+    )
+    shell.run_line_magic("gs_train", line)
+    run = shell.user_ns["trainer"]
+    assert isinstance(run, BackgroundTraining)
+    try:
+        assert run.wait(180) == 0, "\n".join(run.lines)
+    finally:
+        run.stop()
+    text = "\n".join(run.lines)
+    assert "gsnb train: 3 steps in" in text and "[exit code 0]" in text
+    assert "steps/s" in run.widget.value
+    assert (out / "checkpoint.pt").is_file()
+    with pytest.raises(UsageError, match="needs --out"):
+        shell.run_line_magic("gs_train", f"{scene_root} --nproc 2 {QUICK}")

@@ -18,12 +18,14 @@ from gsnb.train import TrainConfig, Trainer
 
 MODULES = [
     "gsnb.train",
+    "gsnb.train.batch",
     "gsnb.train.checkpoint",
     "gsnb.train.commands",
     "gsnb.train.config",
     "gsnb.train.estimate",
     "gsnb.train.control",
     "gsnb.train.corrections",
+    "gsnb.train.distributed",
     "gsnb.train.evaluation",
     "gsnb.train.filter3d",
     "gsnb.train.exposure",

@@ -19,7 +19,12 @@ class Strategy:
     :meth:`initialize_state` returns, which the trainer stores in checkpoints.
     After each optimizer step the trainer calls :meth:`step_post_backward` with
     ``info`` holding the render's ``means2d`` (its ``.grad`` filled), ``radii
-    [C, N, 2]``, ``absgrad`` (or None), ``width``, ``height`` and ``n_cameras``.
+    [C, N, 2]``, ``absgrad`` (or None), ``width``, ``height`` and ``n_cameras`` (the
+    views of the step in this process: each view's loss carries ``1 / n_cameras``), or
+    ``groups``, a list of such dicts (views of several sizes); in a data-parallel run
+    also ``process_group`` (:class:`gsnb.train.batch.ProcessGroup`), whose ``sum_`` a
+    strategy calls on its running sums before it decides, so that every process decides
+    alike.
 
     Example:
         >>> from gsnb.train.strategy import DefaultStrategy

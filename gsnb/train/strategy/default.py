@@ -94,6 +94,8 @@ class DefaultStrategy(Strategy):
         self.accumulate(params, state, info)
         if step > self.refine_start_iter and step % self.refine_every == 0:
             _running_sums(params, state)
+            if info.get("process_group") is not None:  # every process decides on the same sums
+                info["process_group"].sum_(state["grad2d"], state["count"])
             counts["cloned"], counts["split"] = self.grow(params, optimizer, state, generator)
             counts["pruned"] = self.prune(params, optimizer, state, step)
             state["grad2d"].zero_()
@@ -120,7 +122,14 @@ class DefaultStrategy(Strategy):
     def accumulate(
         self, params: MutableMapping[str, nn.Parameter], state: dict, info: dict
     ) -> None:
-        """Add this step's normalised screen-space gradient norms to ``grad2d`` (no host sync)."""
+        """Add this step's normalised screen-space gradient norms to ``grad2d`` (no host sync).
+
+        ``info["groups"]`` (views of several sizes in one step) adds each group's.
+        """
+        if "groups" in info:
+            for group in info["groups"]:
+                self.accumulate(params, state, group)
+            return
         grads = info.get("absgrad") if self.absgrad else info["means2d"].grad
         if grads is None:
             if self.absgrad:

@@ -1,0 +1,66 @@
+"""One training run of the fox (or any dataset) with a recipe, printed as one JSON line.
+
+Runs of one recipe differ on a GPU even at one seed (float atomics in the backward), so
+comparisons of recipes take several runs; many can share one GPU (quality is unaffected,
+times then are not measurements). Used for ``results/quality_recipes_7000_h200.json``::
+
+    python benchmarks/quality_run.py revised 0 7000 .device/fox 2 default \\
+        '{"revised_opacity": true}' '{}'
+    python benchmarks/quality_run.py aa 0 7000 .device/fox 2 default '{}' \\
+        '{"rasterize_mode": "antialiased"}'
+
+Arguments: NAME SEED STEPS DATA DOWNSCALE STRATEGY STRATEGY_KWARGS_JSON CONFIG_KWARGS_JSON.
+``GSNB_RUN_DEVICE`` / ``GSNB_RUN_BACKEND`` (default ``cuda``) run it elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import torch
+
+from gsnb.data.dataset import load_dataset
+from gsnb.train import TrainConfig, Trainer
+from gsnb.train.strategy import DefaultStrategy, MCMCStrategy
+
+
+def main() -> None:
+    name, seed, steps, data, downscale, strategy, strategy_kw, config_kw = sys.argv[1:9]
+    make = {"default": DefaultStrategy, "mcmc": MCMCStrategy}[strategy]
+    config = TrainConfig(
+        data=data,
+        steps=int(steps),
+        seed=int(seed),
+        downscale=int(downscale),
+        device=os.environ.get("GSNB_RUN_DEVICE", "cuda"),
+        backend=os.environ.get("GSNB_RUN_BACKEND", "cuda"),
+        **json.loads(config_kw),
+    )
+    dataset = load_dataset(data, downscale=int(downscale))
+    trainer = Trainer(dataset, config, strategy=make(**json.loads(strategy_kw)))
+    cuda = torch.cuda.is_available() and config.device != "cpu"
+    if cuda:
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    trainer.run(progress=False)
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    result = trainer.evaluate()
+    row = {
+        "name": name,
+        "seed": int(seed),
+        "steps": int(steps),
+        "psnr": round(result.psnr, 3),
+        "ssim": round(result.ssim, 4),
+        "n": trainer.num_gaussians,
+        "wall_s": round(seconds, 1),
+    }
+    print("RESULT " + json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -108,7 +108,8 @@ def clamp_to_control(spec: ControlSpec, value: Any) -> Any:
 
 
 def section_of(knob: Knob) -> str:
-    """The heading a knob is listed under: learning rates, densification, or training.
+    """The heading a knob is listed under: learning rates, densification, loss, rendering
+    and per-view corrections, or schedule.
 
     Example:
         >>> from gsnb.train.knobs import Knob
@@ -124,7 +125,13 @@ def section_of(knob: Knob) -> str:
         "random_background",
     ):
         return "Loss and regularisers"
+    if knob.name in RENDERING_KNOBS:
+        return "Rendering and corrections"
     return "Schedule and checks"
+
+
+RENDERING_KNOBS = ("rasterize_mode", "filter3d", "exposure", "pose_refine", "pose_weight_decay")
+"""Knobs of how views are rendered and corrected (their learning rates sit with the others)."""
 
 
 def short_doc(knob: Knob, limit: int = 160) -> str:

@@ -75,7 +75,12 @@ def test_sections_and_docs_cover_every_knob():
         "Learning rates",
         "Densification",
         "Loss and regularisers",
+        "Rendering and corrections",
         "Schedule and checks",
+    }
+    rendering = {k.name for k in every_knob() if section_of(k) == "Rendering and corrections"}
+    assert rendering == {"rasterize_mode", "filter3d", "exposure", "pose_refine"} | {
+        "pose_weight_decay"
     }
     ssim = next(k for k in every_knob() if k.name == "ssim_lambda")
     assert section_of(ssim) == "Loss and regularisers"

@@ -216,8 +216,10 @@ __device__ __forceinline__ void report(int* problems, int bits) {
 
 // AA: antialiased mode; opacities_cam [C, N] receives each splat's compensated opacity
 // (activated), which binning and rasterization then read in place of opacities [N].
+// At least 9 blocks per SM: at most 56 registers, as before the value checks (the
+// antialiased kernel otherwise takes 63 and loses an eighth of its occupancy).
 template <bool AA>
-__global__ void __launch_bounds__(kThreads) project_forward_kernel(
+__global__ void __launch_bounds__(kThreads, 9) project_forward_kernel(
     int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
     const float* __restrict__ scales, const float* __restrict__ opacities, bool stored,
     Coeffs cf, int sh_degree,
@@ -296,13 +298,14 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
   // Only visible splats read their coefficients; one Gaussian's lie in a few cache lines.
   float dir[3], rgb[3];
   view_dir(cam, means + gid * 3, dir);
-  int bad = 0;  // the problems of the coefficients read, checked as they are read
-  sh_to_color(sh_degree, dir, [&](int e) {
-    const float v = cf.at(gid, e);
-    if (problems != nullptr && !isfinite(v)) bad |= e < cf.head_k * 3 ? kBadColors : kBadRest;
-    return v;
-  }, rgb);
-  if (problems != nullptr) report(problems, bad);
+  const bool finite = sh_to_color(sh_degree, dir, [&](int e) { return cf.at(gid, e); }, rgb);
+  if (problems != nullptr && !finite) {
+    // Rare: find which of the coefficients read (sh0 or shN) holds the NaN/Inf.
+    int bad = 0;
+    for (int e = 0; e < num_bases(sh_degree) * 3; ++e)
+      if (!isfinite(cf.at(gid, e))) bad |= e < cf.head_k * 3 ? kBadColors : kBadRest;
+    report(problems, bad);
+  }
 #pragma unroll
   for (int ch = 0; ch < 3; ++ch) feat[ch] = rgb[ch];
 }

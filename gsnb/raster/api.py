@@ -162,15 +162,17 @@ def render(
         check_values: check for NaN/Inf values, opacities outside [0, 1], negative scales
             and focal lengths <= 0, raising ``ValueError`` naming the tensor. The reference
             backend checks before rendering. The CUDA backend checks inside its projection
-            kernel, on the values it reads (every Gaussian's means, quats, scales and
-            opacity, the cameras and backgrounds, and the colours of the splats visible in
-            some camera), with no host sync and no extra pass; like a CUDA error in
-            PyTorch or gsplat, the error comes later: from ``out.check()`` (which waits for
-            the render), or from the next ``render()``/``render_splats()`` call of the same
-            thread once this render has finished on the GPU (the message then says so).
-            Call ``out.check()`` right after ``render()`` to have it raise there; read
-            ``out.problems`` in a sync of your own to check at no extra cost.
-            ``False`` skips the checks.
+            kernel, on the values it reads anyway (every Gaussian's means, quats, scales
+            and opacity, every camera and background, and the colour coefficients of the
+            splats visible in some camera: a NaN in a colour no camera sees is not found),
+            adding no pass over the inputs and no host sync; the default call is as fast as
+            ``check_values=False``. As with a CUDA error in PyTorch or gsplat, the error
+            then comes later: from ``out.check()``, which waits for the render, or from
+            the next ``render()`` / ``render_splats()`` call of the same thread once this
+            render has finished on the GPU (the message then says it was found earlier).
+            Call ``out.check()`` right after ``render()`` to raise there, or read
+            ``out.problems`` in a host sync of your own and pass its value to
+            ``out.check()``. ``False`` skips the checks.
         rasterize_mode: ``"classic"`` (default, 3DGS) or ``"antialiased"``: as gsplat's
             option of that name (Mip-Splatting's 2D filter, Yu et al. 2024), each splat's
             opacity is multiplied by ``sqrt(det(S) / det(S + 0.3 I))`` of its 2D covariance
@@ -184,7 +186,9 @@ def render(
 
     Raises:
         ValueError: an argument has the wrong shape, dtype, device or values;
-            the message names it with its shape and the expected one.
+            the message names it with its shape and the expected one. Shapes, dtypes and
+            devices are checked at the call; values on the CUDA backend later (see
+            ``check_values``).
 
     Example:
         >>> import torch, gsnb
@@ -274,7 +278,7 @@ def render_splats(
 
     Raises:
         ValueError: a key is missing, or a tensor has the wrong shape, dtype,
-            device or (with ``check_values``) NaN/Inf values.
+            device or (with ``check_values``, raised as :func:`render` says) NaN/Inf values.
 
     Example:
         >>> import torch, gsnb

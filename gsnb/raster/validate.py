@@ -275,11 +275,12 @@ class DeferredCheck:
         self._event: torch.cuda.Event | None = None
 
     def start(self) -> None:
-        """Queue the flag's copy to pinned host memory on the current stream (no sync)."""
+        """Queue the flag's copy to pinned host memory on the current stream of the flag's
+        device, behind the kernel that sets it (no sync)."""
         self._host = torch.empty(1, dtype=torch.int32, pin_memory=True)
         self._host.copy_(self.problems, non_blocking=True)
         self._event = torch.cuda.Event()
-        self._event.record()
+        self._event.record(torch.cuda.current_stream(self.problems.device))
 
     def poll(self, note: str = "") -> bool:
         """Whether the flag is known, without waiting; raises if it holds a problem."""

@@ -72,8 +72,7 @@ class RenderResult:
         meta: :class:`RenderMeta`.
         problems: ``[1]`` int32 device tensor, nonzero when the CUDA projection found bad
             input values (``check_values``); ``None`` on the reference backend (checked
-            before rendering) or without ``check_values``. Read it in a sync you make
-            anyway and pass its value to :meth:`check`.
+            before rendering) or without ``check_values``.
     """
 
     rgb: Tensor
@@ -165,14 +164,14 @@ def render(
             kernel, on the values it reads anyway (every Gaussian's means, quats, scales
             and opacity, every camera and background, and the colour coefficients of the
             splats visible in some camera: a NaN in a colour no camera sees is not found),
-            adding no pass over the inputs and no host sync; the default call is as fast as
-            ``check_values=False``. As with a CUDA error in PyTorch or gsplat, the error
-            then comes later: from ``out.check()``, which waits for the render, or from
-            the next ``render()`` / ``render_splats()`` call of the same thread once this
-            render has finished on the GPU (the message then says it was found earlier).
-            Call ``out.check()`` right after ``render()`` to raise there, or read
-            ``out.problems`` in a host sync of your own and pass its value to
-            ``out.check()``. ``False`` skips the checks.
+            adding no pass over the inputs and no host sync: the default call is as fast
+            as ``check_values=False``. The flag is read where the renderer waits for the
+            GPU anyway (tile binning reads how many splat-tile pairs to sort, as gsplat's
+            does), so the error is raised by this call, after its GPU work is queued. A
+            render with no such wait (no Gaussian or no camera) leaves it to
+            ``out.check()`` or to the next ``render()`` / ``render_splats()`` of the same
+            thread (its message says so), as a CUDA error in PyTorch comes at a later
+            call. ``out.problems`` is the device flag. ``False`` skips the checks.
         rasterize_mode: ``"classic"`` (default, 3DGS) or ``"antialiased"``: as gsplat's
             option of that name (Mip-Splatting's 2D filter, Yu et al. 2024), each splat's
             opacity is multiplied by ``sqrt(det(S) / det(S + 0.3 I))`` of its 2D covariance
@@ -349,17 +348,19 @@ def _dispatch(
         from gsnb.raster import cuda
 
         _poll_earlier_checks()
+        if check_values:
+            deferred = DeferredCheck(checked, stored)
         # The kernels composite a constant background; one with a gradient is done below.
         inside = backgrounds is not None and not backgrounds.requires_grad
-        rgb, alpha, depth, proj, problems = cuda.render(
+        rgb, alpha, depth, proj = cuda.render(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,
             degree, near_plane, far_plane, absgrad, with_depth, backgrounds if inside else None,
-            rest=rest, stored=stored, antialiased=antialiased, check_values=check_values,
+            rest=rest, stored=stored, antialiased=antialiased, value_check=deferred,
             checked_backgrounds=backgrounds,
         )  # fmt: skip
-        if problems is not None:
-            deferred = DeferredCheck(problems, checked, stored)
-            deferred.start()
+        # Known by now when the render waited for the GPU anyway (binning reads its
+        # intersection count): a bad value raises here. Else a later call reads it.
+        if deferred is not None and not deferred.poll():
             _pending_checks().append(deferred)
         if inside:
             backgrounds = None

@@ -15,6 +15,7 @@ from torch.autograd.function import once_differentiable
 
 from gsnb import kernels
 from gsnb.raster.projection import Projection
+from gsnb.raster.validate import DeferredCheck
 
 
 def is_available() -> bool:
@@ -203,16 +204,10 @@ def render(
     rest: Tensor | None = None,
     stored: bool = False,
     antialiased: bool = False,
-    check_values: bool = False,
+    value_check: DeferredCheck | None = None,
     checked_backgrounds: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor | None, Projection, Tensor | None]:
+) -> tuple[Tensor, Tensor, Tensor | None, Projection]:
     """Render with the CUDA kernels; arguments are validated by :func:`gsnb.render`.
-
-    Returns ``rgb, alpha, depth, projection, problems``. With ``check_values`` the
-    projection kernel checks the values it reads (and ``checked_backgrounds`` ``[3]`` or
-    ``[C, 3]``, composited elsewhere, or ``backgrounds``) and ``problems`` is an int32 ``[1]``
-    device tensor of :data:`gsnb.raster.validate.PROBLEM_BITS`, nothing read on the host;
-    else ``problems`` is ``None``.
 
     ``backgrounds`` (``[3]`` or ``[C, 3]``, no gradient) are composited inside
     the rasterizer: ``rgb = blend + (1 - alpha) * background``. ``stored``: the
@@ -220,6 +215,13 @@ def render(
     ``rest`` ``[N, K-1, 3]``: the SH coefficients after ``colors`` ``[N, 1, 3]``.
     ``antialiased``: gsplat's ``rasterize_mode="antialiased"`` (the projection hands the
     rasterizer each splat's compensated opacity ``[C, N]``).
+
+    With ``value_check`` the projection kernel checks the values it reads (and
+    ``checked_backgrounds`` ``[3]`` or ``[C, 3]``, composited elsewhere, or ``backgrounds``)
+    and its flag goes to ``value_check.start`` before binning, whose wait for the GPU then
+    makes the flag's host copy known (:meth:`DeferredCheck.poll`) with no sync of its own.
+    The rasterizer needs no checks: it reads the projection's outputs, the opacities and
+    the backgrounds, all checked there.
     """
     if backgrounds is not None and backgrounds.requires_grad:
         raise ValueError("the rasterizer composites constant backgrounds only; detach them")
@@ -243,16 +245,18 @@ def render(
         with_depth=with_depth,
         stored=stored,
         antialiased=antialiased,
-        check_values=check_values,
+        check_values=value_check is not None,
     )
     bg = None if backgrounds is None else backgrounds.expand(num_cams, 3).contiguous()
     checked = bg
-    if check_values and checked_backgrounds is not None:
+    if value_check is not None and checked_backgrounds is not None:
         checked = checked_backgrounds.detach().expand(num_cams, 3).contiguous()
     means2d, conics, depths, radii, feats, tiles, opacities_cam, problems = _Project.apply(
         means, quats, scales, opacities, coeffs, rest, viewmats, Ks, frame,
-        checked if check_values else None,
+        checked if value_check is not None else None,
     )  # fmt: skip
+    if value_check is not None:
+        value_check.start(problems)
     if antialiased:
         opacities = opacities_cam  # [C, N], activated: the rasterizer reads no logits
     if means2d.requires_grad:
@@ -269,5 +273,4 @@ def render(
     rgb, depth, alpha = _Rasterize.apply(
         means2d, conics, feats, opacities, offsets, flat_ids, frame, sink, bg
     )
-    projection = Projection(means2d, conics, depths, radii)
-    return rgb, alpha, depth if with_depth else None, projection, problems if check_values else None
+    return rgb, alpha, depth if with_depth else None, Projection(means2d, conics, depths, radii)

@@ -244,11 +244,12 @@ def problems_message(bits: int, described: dict[str, str], stored: bool) -> str:
 
 
 class DeferredCheck:
-    """The value checks of one CUDA render: its projection kernel set ``problems`` (int32
-    ``[1]`` on the device, :data:`PROBLEM_BITS`) without the host waiting for it.
+    """The value checks of one CUDA render of ``tensors`` (:func:`value_tensors`): its
+    projection kernel sets the flag ``problems`` (int32 ``[1]`` on the device,
+    :data:`PROBLEM_BITS`) without the host waiting for it.
 
-    :meth:`start` copies the flag to pinned host memory behind the render on its stream;
-    :meth:`poll` reads it once the copy is done (no sync), :meth:`check` waits for it.
+    :meth:`start` takes the flag and queues its copy to pinned host memory on its stream;
+    :meth:`poll` reads the copy once it is done (no sync), :meth:`check` waits for it.
     Either raises the ``ValueError`` :func:`check_values_of` raises on the reference
     backend, with the same text while the inputs live (only weak references are kept).
 
@@ -258,13 +259,15 @@ class DeferredCheck:
         ...     torch.ones(1, 3), torch.eye(4)[None], torch.eye(3)[None], None, None, False)
         >>> flag = torch.tensor([PROBLEM_BITS["means"]], dtype=torch.int32)  # as the kernel sets
         >>> try:
-        ...     DeferredCheck(flag, inputs, stored=False).check()
+        ...     DeferredCheck(inputs, stored=False, problems=flag).check()
         ... except ValueError as err:
         ...     print(str(err).split(") ", 1)[1])
         has non-finite values (NaN or Inf) in 1 rows
     """
 
-    def __init__(self, problems: Tensor, tensors: dict[str, Tensor], stored: bool) -> None:
+    def __init__(
+        self, tensors: dict[str, Tensor], stored: bool, problems: Tensor | None = None
+    ) -> None:
         self.problems = problems
         self.stored = stored
         self.done = False
@@ -274,9 +277,10 @@ class DeferredCheck:
         self._host: Tensor | None = None
         self._event: torch.cuda.Event | None = None
 
-    def start(self) -> None:
-        """Queue the flag's copy to pinned host memory on the current stream of the flag's
-        device, behind the kernel that sets it (no sync)."""
+    def start(self, problems: Tensor) -> None:
+        """Take the flag and queue its copy to pinned host memory on the current stream of
+        its device, behind the kernel that sets it (no sync)."""
+        self.problems = problems
         self._host = torch.empty(1, dtype=torch.int32, pin_memory=True)
         self._host.copy_(self.problems, non_blocking=True)
         self._event = torch.cuda.Event()
@@ -294,7 +298,7 @@ class DeferredCheck:
     def check(self, bits: int | None = None) -> None:
         """Raise ``ValueError`` if the render's inputs held bad values: waits for the flag
         (one host sync) unless ``bits``, the flag's value read by the caller, is given."""
-        if self.done:
+        if self.done or self.problems is None:
             return
         self._raise_for(int(self.problems.item()) if bits is None else int(bits), "")
 

@@ -1,6 +1,7 @@
 """``check_values`` on the CUDA backend: the projection kernel flags bad values on the
-device, with no host sync; ``result.check()`` (or the next render of the thread) raises the
-reference backend's error, word for word. Outputs do not depend on the checks.
+device and the call raises the reference backend's error, word for word, once binning has
+waited for the GPU, with no sync of its own; a render with no such wait leaves the error to
+``result.check()`` or the next render of the thread. Outputs do not depend on the checks.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ def reference_error(args, **kw) -> str:
     return str(info.value)
 
 
-def cuda_error(out) -> str:
+def cuda_error(fn, *args, **kw) -> str:
+    """The error of the CUDA render ``fn(*args, **kw)``, raised by the call itself."""
     with pytest.raises(ValueError) as info:
-        out.check()
+        fn(*args, **kw)
     return str(info.value).replace("cuda:0", "cpu")
 
 
@@ -54,12 +56,10 @@ def cuda_error(out) -> str:
 def test_nan_is_raised_by_check_with_the_reference_message(inputs, name, mode) -> None:
     args, row = inputs
     bad = spoiled(args, name, row)
-    out = gsnb.render(**bad, rasterize_mode=mode)  # no sync: the error comes at check()
-    assert out.problems is not None
-    message = cuda_error(out)
+    message = cuda_error(gsnb.render, **bad, rasterize_mode=mode)
     assert message.startswith(f"{name} (shape {list(bad[name].shape)}")
     assert message == reference_error(bad)
-    out.check()  # raised once
+    gsnb.render(**args).check()  # raised once: the next render is clean
 
 
 @pytest.mark.parametrize("name", ["means", "quats", "scales", "opacities"])
@@ -69,7 +69,7 @@ def test_nan_in_a_culled_gaussian_is_found(inputs, name) -> None:
     bad["means"] = bad["means"].clone()
     if name != "means":
         bad["means"][0] = torch.tensor([0.0, 0.0, 1e12], device="cuda")  # beyond far_plane
-    assert "non-finite" in cuda_error(gsnb.render(**bad))
+    assert "non-finite" in cuda_error(gsnb.render, **bad)
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def test_nan_in_a_culled_gaussian_is_found(inputs, name) -> None:
 def test_other_problems_match_the_reference(inputs, name, row, value, words) -> None:
     args, visible = inputs
     bad = spoiled(args, name, visible if row is None else row, value)
-    message = cuda_error(gsnb.render(**bad))
+    message = cuda_error(gsnb.render, **bad)
     assert words in message and message.startswith(name)
     assert message == reference_error(bad)
 
@@ -95,7 +95,7 @@ def test_backgrounds_are_checked_with_and_without_gradient(inputs) -> None:
     args, _ = inputs
     for grad in (False, True):
         bg = torch.tensor([0.0, float("nan"), 0.0], device="cuda", requires_grad=grad)
-        assert cuda_error(gsnb.render(**args, backgrounds=bg)).startswith("backgrounds")
+        assert cuda_error(gsnb.render, **args, backgrounds=bg).startswith("backgrounds")
 
 
 @pytest.mark.parametrize("name", ["means", "opacities", "sh0", "shN"])
@@ -111,7 +111,7 @@ def test_render_splats_names_the_stored_tensor(inputs, name) -> None:
     }
     splats = spoiled(splats, name, row)
     cams = {k: args[k] for k in ("viewmats", "Ks", "width", "height")}
-    message = cuda_error(gsnb.render_splats(splats, **cams))
+    message = cuda_error(gsnb.render_splats, splats, **cams)
     assert message.startswith(f"{name} (shape {list(splats[name].shape)}")
     cpu = {k: v.cpu() for k, v in splats.items()}
     with pytest.raises(ValueError) as info:
@@ -119,13 +119,25 @@ def test_render_splats_names_the_stored_tensor(inputs, name) -> None:
     assert message == str(info.value)
 
 
-def test_the_next_render_raises_an_earlier_problem(inputs) -> None:
-    args, row = inputs
-    gsnb.render(**spoiled(args, "quats", row))
-    torch.cuda.synchronize()  # the flag is known now: the next call reads it without a sync
-    with pytest.raises(ValueError, match=r"^quats .*non-finite.*earlier render\(\)"):
-        gsnb.render(**args)
-    gsnb.render(**args).check()  # reported once
+def test_a_render_without_a_wait_leaves_the_error_to_check_or_the_next_render(inputs) -> None:
+    # No Gaussian: binning has nothing to count and the render never waits for the GPU.
+    args, _ = inputs
+    empty = {k: v[:0] if k in ("means", "quats", "scales", "opacities", "colors") else v
+             for k, v in args.items()}  # fmt: skip
+    bad = spoiled(empty, "viewmats", 1)
+    for raise_by in ("check", "next render"):
+        torch.cuda._sleep(200_000_000)  # keeps the GPU busy: the flag is not known at return
+        out = gsnb.render(**bad)
+        assert out.problems is not None
+        if raise_by == "check":
+            whole = r"^viewmats .*non-finite values \(NaN or Inf\) in 1 rows$"
+            with pytest.raises(ValueError, match=whole):
+                out.check()
+        else:
+            torch.cuda.synchronize()
+            with pytest.raises(ValueError, match=r"^viewmats .*non-finite.*earlier render\(\)"):
+                gsnb.render(**args)
+        gsnb.render(**args).check()  # reported once
 
 
 def test_a_clean_default_render_does_not_sync(inputs) -> None:
@@ -144,6 +156,8 @@ def test_a_clean_default_render_does_not_sync(inputs) -> None:
     for out in outs:
         out.check()
         assert int(out.problems.item()) == 0
+    with pytest.raises(ValueError, match=r"^opacities .*\[0, 1\]"):  # checked all the same
+        gsnb.render(**(call | {"opacities": call["opacities"].detach() + 1.0}))
 
 
 @pytest.mark.parametrize("mode", ["classic", "antialiased"])

@@ -237,7 +237,7 @@ def test_deferred_check_words_the_flag_when_the_inputs_are_gone() -> None:
         sh0, a["viewmats"].float(), a["Ks"].float(), None, shn, stored=True,
     )  # fmt: skip
     bits = PROBLEM_BITS["shN"] | PROBLEM_BITS["Ks"]
-    check = DeferredCheck(torch.tensor([bits], dtype=torch.int32), tensors, stored=True)
+    check = DeferredCheck(tensors, stored=True, problems=torch.tensor([bits], dtype=torch.int32))
     del tensors, shn
     with pytest.raises(ValueError) as info:
         check.check()
@@ -275,5 +275,5 @@ def test_clean_inputs_with_a_flag_from_before_an_in_place_fix() -> None:
     )  # fmt: skip
     flag = torch.tensor([PROBLEM_BITS["opacity range"]], dtype=torch.int32)
     with pytest.raises(ValueError, match=r"^opacities \(shape \[5\].*must lie in \[0, 1\]"):
-        DeferredCheck(flag, tensors, stored=False).check()
-    DeferredCheck(torch.zeros(1, dtype=torch.int32), tensors, stored=False).check()
+        DeferredCheck(tensors, stored=False, problems=flag).check()
+    DeferredCheck(tensors, stored=False, problems=torch.zeros(1, dtype=torch.int32)).check()

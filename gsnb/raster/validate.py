@@ -304,6 +304,7 @@ class DeferredCheck:
 
     def _raise_for(self, bits: int, note: str) -> None:
         self.done = True
+        self._host = self._event = None  # the pinned buffer goes back to its cache
         if bits == 0:
             return
         tensors = {k: r() for k, r in self._refs.items()}

@@ -68,7 +68,7 @@ def test_nan_in_a_culled_gaussian_is_found(inputs, name) -> None:
     bad = spoiled(args, name, 0)
     bad["means"] = bad["means"].clone()
     if name != "means":
-        bad["means"][0] = torch.tensor([0.0, 0.0, 1e12], device="cuda")  # beyond far_plane
+        bad["means"][0] = 1e12  # out of every view
     assert "non-finite" in cuda_error(gsnb.render, **bad)
 
 
@@ -162,7 +162,7 @@ def test_a_clean_default_render_does_not_sync(inputs) -> None:
 
 @pytest.mark.parametrize("mode", ["classic", "antialiased"])
 @pytest.mark.parametrize("backgrounds", [None, (0.2, 0.4, 0.6)])
-def test_outputs_and_gradients_do_not_depend_on_the_checks(inputs, mode, backgrounds) -> None:
+def test_outputs_do_not_depend_on_the_checks(inputs, mode, backgrounds) -> None:
     args, _ = inputs
     bg = None if backgrounds is None else torch.tensor(backgrounds, device="cuda")
     results = []
@@ -174,9 +174,11 @@ def test_outputs_and_gradients_do_not_depend_on_the_checks(inputs, mode, backgro
         )
         (out.rgb.square().sum() + out.alpha.sum() + out.depth.sum()).backward()
         assert (out.problems is not None) == check
-        results.append(
-            [out.rgb, out.alpha, out.depth, out.meta.means2d, out.meta.radii, out.meta.depths]
-            + [p.grad for p in params.values()]
-        )
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
+        outputs = [out.rgb, out.alpha, out.depth, out.meta.means2d, out.meta.radii, out.meta.depths]
+        results.append((outputs, [p.grad for p in params.values()]))
+    (outputs_a, grads_a), (outputs_b, grads_b) = results
+    for a, b in zip(outputs_a, outputs_b, strict=True):
+        assert torch.equal(a, b)  # bit for bit
+    for a, b in zip(grads_a, grads_b, strict=True):
+        # The backward passes sum with float atomics, in an order that varies run to run.
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

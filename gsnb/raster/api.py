@@ -89,10 +89,11 @@ class RenderResult:
         """Raise the ``ValueError`` of ``check_values`` now if the inputs held NaN/Inf or
         out-of-range values; returns ``self``.
 
-        On the CUDA backend this waits for the render (one host sync) unless ``problems``,
-        the value of :attr:`problems` already read by the caller, is given. Elsewhere (the
-        reference backend checked before rendering, or ``check_values=False``) it does
-        nothing.
+        The call usually raised already, and then this does nothing. On the CUDA backend
+        a flag not yet read (a render that never waited for the GPU) is read here: one
+        host sync, unless ``problems``, the value of :attr:`problems` read by the caller,
+        is given. Nothing happens on the reference backend (checked before rendering) or
+        with ``check_values=False``.
 
         Example:
             >>> import torch, gsnb
@@ -168,7 +169,7 @@ def render(
             as ``check_values=False``. The flag is read where the renderer waits for the
             GPU anyway (tile binning reads how many splat-tile pairs to sort, as gsplat's
             does), so the error is raised by this call, after its GPU work is queued. A
-            render with no such wait (no Gaussian or no camera) leaves it to
+            render with no such wait (no Gaussians) leaves it to
             ``out.check()`` or to the next ``render()`` / ``render_splats()`` of the same
             thread (its message says so), as a CUDA error in PyTorch comes at a later
             call. ``out.problems`` is the device flag. ``False`` skips the checks.
@@ -185,8 +186,8 @@ def render(
 
     Raises:
         ValueError: an argument has the wrong shape, dtype, device or values;
-            the message names it with its shape and the expected one. Shapes, dtypes and
-            devices are checked at the call; values on the CUDA backend later (see
+            the message names it with its shape and the expected one. Values are
+            checked on the CUDA backend once the GPU has projected them (see
             ``check_values``).
 
     Example:

@@ -6,6 +6,8 @@ its cameras at full resolution (1080x1920) in one batch. For each: forward ms,
 forward+backward ms (medians of CUDA-event timings after warm-up), peak extra
 memory, and the PSNR of gsnb's render against gsplat's. Each scene runs twice:
 colour only (gsplat render_mode "RGB") and colour with expected depth ("RGB+ED").
+gsnb runs twice: ``gsnb`` with ``check_values=False`` and ``gsnb_default``, the call
+with every option at its default (value checks inside the projection kernel).
 
     python benchmarks/bench_raster.py --out benchmarks/results
 """
@@ -54,11 +56,13 @@ def fox_scene(root: Path) -> dict:
     return {"gaussians": a, "viewmats": viewmats, "Ks": Ks, "width": width, "height": height}
 
 
-def gsnb_render(s: dict, params: dict, with_depth: bool):
+def gsnb_render(s: dict, params: dict, with_depth: bool, check_values: bool | None = False):
+    """``check_values=None``: the argument is left out, so the call is the default one."""
+    checks = {} if check_values is None else {"check_values": check_values}
     out = gsnb.render(
         params["means"], params["quats"], params["scales"], params["opacities"], params["colors"],
-        s["viewmats"], s["Ks"], s["width"], s["height"], backend="cuda", check_values=False,
-        with_depth=with_depth,
+        s["viewmats"], s["Ks"], s["width"], s["height"], backend="cuda", with_depth=with_depth,
+        **checks,
     )  # fmt: skip
     return torch.cat([out.rgb, out.depth], -1) if with_depth else out.rgb
 
@@ -127,6 +131,11 @@ def main() -> int:
                 s, lambda s_, p, d=with_depth: gsnb_render(s_, p, d), args.repeat, with_depth
             )
             res = {"gsnb": {k: v for k, v in ours.items() if k != "image"}}
+            default = measure(
+                s, lambda s_, p, d=with_depth: gsnb_render(s_, p, d, None), args.repeat, with_depth
+            )
+            res["gsnb_default"] = {k: v for k, v in default.items() if k != "image"}
+            assert torch.equal(default["image"], ours["image"]), "the checks changed the image"
             for packed in (False, True):
                 key = "gsplat_packed" if packed else "gsplat"
 
@@ -146,6 +155,12 @@ def main() -> int:
                 res["gsnb"]["forward_backward_ms"] / fastest["forward_backward_ms"]
             )
             res["ratio_peak_memory"] = res["gsnb"]["peak_extra_mib"] / leanest
+            for key in ("forward", "forward_backward"):
+                ms = f"{key}_ms"
+                res[f"ratio_{key}_default"] = res["gsnb_default"][ms] / fastest[ms]
+                res[f"ratio_{key}_default_over_unchecked"] = (
+                    res["gsnb_default"][ms] / res["gsnb"][ms]
+                )
             row[mode] = res
             print(mode, res, flush=True)
         results["scenes"][name] = row

@@ -5,12 +5,13 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 3;
+  m.attr("ABI_VERSION") = 4;
   m.def("project_forward", &gsnb::project_forward, "EWA projection + SH + tile counts",
         py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("opacities"),
         py::arg("coeffs"), py::arg("rest"), py::arg("viewmats"), py::arg("Ks"), py::arg("width"),
         py::arg("height"), py::arg("near_plane"), py::arg("far_plane"), py::arg("sh_degree"),
-        py::arg("with_depth"), py::arg("stored"), py::arg("antialiased"));
+        py::arg("with_depth"), py::arg("stored"), py::arg("antialiased"), py::arg("backgrounds"),
+        py::arg("check_values"));
   m.def("project_backward", &gsnb::project_backward, "backward of project_forward",
         py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("opacities"),
         py::arg("coeffs"), py::arg("rest"), py::arg("viewmats"), py::arg("Ks"), py::arg("width"),

@@ -17,12 +17,16 @@ namespace gsnb {
 //    compensation sqrt(det(S) / det(S + 0.3 I)); empty otherwise).
 //    coeffs: RGB [N,3] (sh_degree -1) or SH [N,K,3]; with rest [N,KR,3] (optional) the SH
 //    coefficients are coeffs' K followed by rest's KR (3DGS's sh0 and shN).
+//    check_values: also -> problems [1] int32, a bit per kind of bad value found (NaN/Inf in
+//    an input, opacities outside [0, 1], negative scales, focal lengths <= 0; the bits are
+//    projection.cu's Problem), set on the device with no host sync; empty without.
+//    backgrounds [C,3] (optional) are only checked here (the rasterizer composites them).
 std::vector<at::Tensor> project_forward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
     const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
     const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
     double near_plane, double far_plane, int64_t sh_degree, bool with_depth, bool stored,
-    bool antialiased);
+    bool antialiased, const std::optional<at::Tensor>& backgrounds, bool check_values);
 
 // -> v_means [N,3], v_quats [N,4], v_scales [N,3], v_coeffs (shape of coeffs), v_rest (shape
 //    of rest; empty without), v_opacities [N] (antialiased, from v_opacities_cam [C,N]; empty

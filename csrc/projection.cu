@@ -163,23 +163,85 @@ __device__ __forceinline__ void view_dir(const Camera& cam, const float* mean, f
     dir[i] = mean[i] + (cam.r[0][i] * cam.t[0] + cam.r[1][i] * cam.t[1] + cam.r[2][i] * cam.t[2]);
 }
 
+// Value checks (check_values): bits of the problems flag, kept in step with
+// gsnb/raster/validate.py's PROBLEM_BITS. A bit is set with atomicOr only where a problem is
+// found, so a clean render writes nothing and the host reads the flag when it chooses.
+enum Problem : int {
+  kBadMeans = 1 << 0,       // NaN/Inf
+  kBadQuats = 1 << 1,
+  kBadScales = 1 << 2,
+  kBadOpacities = 1 << 3,
+  kBadColors = 1 << 4,      // colours, SH coefficients or sh0
+  kBadRest = 1 << 5,        // shN
+  kBadViewmats = 1 << 6,
+  kBadKs = 1 << 7,
+  kBadBackgrounds = 1 << 8,
+  kOpacityRange = 1 << 9,   // activated opacities outside [0, 1]
+  kNegativeScale = 1 << 10, // linear scales below 0
+  kFocal = 1 << 11,         // fx or fy not positive
+};
+
+__device__ __forceinline__ int nonfinite(const float* v, int count, int bit) {
+  bool bad = false;
+  for (int i = 0; i < count; ++i) bad |= !isfinite(v[i]);
+  return bad ? bit : 0;
+}
+
+// The problems of one Gaussian's means, quats, scales and opacity (the values the
+// projection reads; stored log-scales and logits may take any finite value).
+__device__ __forceinline__ int gaussian_problems(const float* mean, const float* quat,
+                                                 const float* scale, float opacity,
+                                                 bool stored) {
+  int bits = nonfinite(mean, 3, kBadMeans) | nonfinite(quat, 4, kBadQuats) |
+             nonfinite(scale, 3, kBadScales) | nonfinite(&opacity, 1, kBadOpacities);
+  if (!stored) {
+    if (!(opacity >= 0.f && opacity <= 1.f) && isfinite(opacity)) bits |= kOpacityRange;
+    if (scale[0] < 0.f || scale[1] < 0.f || scale[2] < 0.f) bits |= kNegativeScale;
+  }
+  return bits;
+}
+
+// The problems of camera c: every entry of its viewmat [4, 4], K [3, 3] and background [3].
+__device__ __forceinline__ int camera_problems(const float* viewmat, const float* K,
+                                               const float* background) {
+  int bits = nonfinite(viewmat, 16, kBadViewmats) | nonfinite(K, 9, kBadKs);
+  if (background != nullptr) bits |= nonfinite(background, 3, kBadBackgrounds);
+  if (!(K[0] > 0.f && K[4] > 0.f) && isfinite(K[0]) && isfinite(K[4])) bits |= kFocal;
+  return bits;
+}
+
+__device__ __forceinline__ void report(int* problems, int bits) {
+  if (bits != 0) atomicOr(problems, bits);
+}
+
 // AA: antialiased mode; opacities_cam [C, N] receives each splat's compensated opacity
 // (activated), which binning and rasterization then read in place of opacities [N].
+// At least 9 blocks per SM: at most 56 registers, as before the value checks (the
+// antialiased kernel otherwise takes 63 and loses an eighth of its occupancy).
 template <bool AA>
-__global__ void __launch_bounds__(kThreads) project_forward_kernel(
+__global__ void __launch_bounds__(kThreads, 9) project_forward_kernel(
     int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
     const float* __restrict__ scales, const float* __restrict__ opacities, bool stored,
     Coeffs cf, int sh_degree,
     const float* __restrict__ viewmats, const float* __restrict__ Ks, int width, int height,
     float near_plane, float far_plane, float* __restrict__ means2d, float* __restrict__ conics,
     float* __restrict__ depths, int* __restrict__ radii, float* __restrict__ feats, int channels,
-    int* __restrict__ tiles, float* __restrict__ opacities_cam) {
+    int* __restrict__ tiles, float* __restrict__ opacities_cam,
+    const float* __restrict__ backgrounds, int* __restrict__ problems) {
   const int64_t total = (int64_t)num_cams * n;
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  // problems (null: no checks): thread c checks camera c, the threads of camera 0 every
+  // Gaussian's means, quats, scales and opacity, and each visible splat the colours it reads.
+  if (problems != nullptr && idx < num_cams)
+    report(problems, camera_problems(viewmats + idx * 16, Ks + idx * 9,
+                                     backgrounds != nullptr ? backgrounds + idx * 3 : nullptr));
   if (idx >= total) return;
   const int cid = idx / n;
   const int gid = idx % n;
   const Camera cam = load_camera(viewmats + cid * 16, Ks + cid * 9);
+  if (problems != nullptr && cid == 0)
+    report(problems, gaussian_problems(means + gid * 3, quats + gid * 4, scales + gid * 3,
+                                       opacities[gid], stored));
 
   radii[idx * 2] = 0;
   radii[idx * 2 + 1] = 0;
@@ -227,14 +289,23 @@ __global__ void __launch_bounds__(kThreads) project_forward_kernel(
   if (channels == 4) feat[3] = sp.p[2];
 
   if (sh_degree < 0) {
+    float rgb[3];
 #pragma unroll
-    for (int ch = 0; ch < 3; ++ch) feat[ch] = cf.at(gid, ch);
+    for (int ch = 0; ch < 3; ++ch) feat[ch] = rgb[ch] = cf.at(gid, ch);
+    if (problems != nullptr) report(problems, nonfinite(rgb, 3, kBadColors));
     return;
   }
   // Only visible splats read their coefficients; one Gaussian's lie in a few cache lines.
   float dir[3], rgb[3];
   view_dir(cam, means + gid * 3, dir);
-  sh_to_color(sh_degree, dir, [&](int e) { return cf.at(gid, e); }, rgb);
+  const bool finite = sh_to_color(sh_degree, dir, [&](int e) { return cf.at(gid, e); }, rgb);
+  if (problems != nullptr && !finite) {
+    // Rare: find which of the coefficients read (sh0 or shN) holds the NaN/Inf.
+    int bad = 0;
+    for (int e = 0; e < num_bases(sh_degree) * 3; ++e)
+      if (!isfinite(cf.at(gid, e))) bad |= e < cf.head_k * 3 ? kBadColors : kBadRest;
+    report(problems, bad);
+  }
 #pragma unroll
   for (int ch = 0; ch < 3; ++ch) feat[ch] = rgb[ch];
 }
@@ -511,10 +582,16 @@ std::vector<at::Tensor> project_forward(
     const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
     const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
     double near_plane, double far_plane, int64_t sh_degree, bool with_depth, bool stored,
-    bool antialiased) {
+    bool antialiased, const std::optional<at::Tensor>& backgrounds, bool check_values) {
   const c10::cuda::OptionalCUDAGuard guard(means.device());
   const int64_t n = means.size(0), c = viewmats.size(0);
   const Coeffs cf = coeffs_view(coeffs, rest);
+  const bool has_bg = backgrounds.has_value() && backgrounds->defined();
+  if (has_bg) {
+    check_input(*backgrounds, means.device(), "project", "backgrounds");
+    TORCH_CHECK(backgrounds->numel() == c * 3, "project: backgrounds must be [C, 3] with C = ",
+                c, ", got ", backgrounds->sizes());
+  }
   auto f = means.options();
   auto means2d = at::empty({c, n, 2}, f);
   auto conics = at::empty({c, n, 3}, f);
@@ -524,19 +601,25 @@ std::vector<at::Tensor> project_forward(
   auto radii = at::empty({c, n, 2}, f.dtype(at::kInt));
   auto tiles = at::empty({c, n}, f.dtype(at::kInt));
   auto opacities_cam = antialiased ? at::empty({c, n}, f) : at::empty({0}, f);
-  if (c * n > 0) {
+  // Zeroed by a fill on the stream; nothing on the host waits for it.
+  auto problems = at::zeros({check_values ? 1 : 0}, f.dtype(at::kInt));
+  // With checks, one thread per camera at least (the cameras are checked with no Gaussian).
+  const int64_t threads = check_values ? std::max(c * n, c) : c * n;
+  if (threads > 0) {
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     auto kernel = antialiased ? project_forward_kernel<true> : project_forward_kernel<false>;
-    kernel<<<blocks_for(c * n, kThreads), kThreads, 0, stream>>>(
+    kernel<<<blocks_for(threads, kThreads), kThreads, 0, stream>>>(
         c, n, means.data_ptr<float>(), quats.data_ptr<float>(), scales.data_ptr<float>(),
         opacities.data_ptr<float>(), stored, cf, sh_degree, viewmats.data_ptr<float>(),
         Ks.data_ptr<float>(), width, height, near_plane, far_plane, means2d.data_ptr<float>(),
         conics.data_ptr<float>(), depths.data_ptr<float>(), radii.data_ptr<int>(),
         feats.data_ptr<float>(), channels, tiles.data_ptr<int>(),
-        antialiased ? opacities_cam.data_ptr<float>() : nullptr);
+        antialiased ? opacities_cam.data_ptr<float>() : nullptr,
+        check_values && has_bg ? backgrounds->data_ptr<float>() : nullptr,
+        check_values ? problems.data_ptr<int>() : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return {means2d, conics, depths, radii, feats, tiles, opacities_cam};
+  return {means2d, conics, depths, radii, feats, tiles, opacities_cam, problems};
 }
 
 std::vector<at::Tensor> project_backward(

@@ -112,16 +112,20 @@ __device__ __forceinline__ void sh_sum(int degree, const float* basis, const Coe
       for (int ch = 0; ch < 3; ++ch) acc[ch] += basis[k] * coeff(k * 3 + ch);
 }
 
-// color[3] = max(SH(dir / |dir|) + 0.5, 0) for the direction dir (any length).
+// color[3] = max(SH(dir / |dir|) + 0.5, 0) for the direction dir (any length). Returns
+// whether the colour before the clamp is finite: false when a coefficient read is NaN/Inf
+// (the clamp would hide a NaN); callers that ignore it pay nothing.
 template <typename Coeff>
-__device__ __forceinline__ void sh_to_color(int degree, const float* dir, const Coeff& coeff,
+__device__ __forceinline__ bool sh_to_color(int degree, const float* dir, const Coeff& coeff,
                                             float* color) {
   float u[3], basis[16];
   unit_dir(dir, u);
   sh_basis(degree, u[0], u[1], u[2], basis);
   sh_sum(degree, basis, coeff, color);
+  const bool finite = isfinite(color[0]) && isfinite(color[1]) && isfinite(color[2]);
 #pragma unroll
   for (int ch = 0; ch < 3; ++ch) color[ch] = fmaxf(color[ch], 0.f);
+  return finite;
 }
 
 // The vector-Jacobian product of sh_to_color: given v_color[3], the gradients of the

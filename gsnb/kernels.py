@@ -111,15 +111,19 @@ def project_forward(
     with_depth: bool,
     stored: bool,
     antialiased: bool,
+    backgrounds: Tensor | None = None,  # [C, 3], checked only (with check_values)
+    check_values: bool = False,
 ) -> list[Tensor]:
     """EWA projection, colours and tile counts: ``[means2d [C, N, 2], conics [C, N, 3],
     depths [C, N], radii [C, N, 2] int32, feats [C, N, 3 or 4 with depth], tiles [C, N] int32,
-    opacities_cam]``; ``opacities_cam`` ``[C, N]`` is each splat's opacity times its
-    compensation when ``antialiased``, else empty.
+    opacities_cam, problems]``; ``opacities_cam`` ``[C, N]`` is each splat's opacity times its
+    compensation when ``antialiased``, else empty; ``problems`` ``[1]`` int32 holds a bit per
+    kind of bad value found when ``check_values`` (:data:`gsnb.raster.validate.PROBLEM_BITS`),
+    else it is empty.
     """
     return require().project_forward(
         means, quats, scales, opacities, coeffs, rest, viewmats, Ks, width, height, near_plane,
-        far_plane, sh_degree, with_depth, stored, antialiased,
+        far_plane, sh_degree, with_depth, stored, antialiased, backgrounds, check_values,
     )  # fmt: skip
 
 

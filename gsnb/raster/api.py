@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import warnings
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -14,7 +16,7 @@ from gsnb.cameras import camera_centres
 from gsnb.raster import reference
 from gsnb.raster.projection import Projection, project
 from gsnb.raster.sh import eval_sh
-from gsnb.raster.validate import validate_inputs
+from gsnb.raster.validate import DeferredCheck, check_values_of, validate_inputs, value_tensors
 
 Backend = Literal["auto", "cuda", "reference"]
 RasterizeMode = Literal["classic", "antialiased"]
@@ -68,12 +70,41 @@ class RenderResult:
         depth: ``[C, H, W, 1]`` expected depth ``sum(w_i z_i) / alpha`` (0 where alpha is 0);
             ``None`` when rendered with ``with_depth=False``.
         meta: :class:`RenderMeta`.
+        problems: ``[1]`` int32 device tensor, nonzero when the CUDA projection found bad
+            input values (``check_values``); ``None`` on the reference backend (checked
+            before rendering) or without ``check_values``.
     """
 
     rgb: Tensor
     alpha: Tensor
     depth: Tensor | None
     meta: RenderMeta
+    _deferred: DeferredCheck | None = field(default=None, repr=False)
+
+    @property
+    def problems(self) -> Tensor | None:
+        return None if self._deferred is None else self._deferred.problems
+
+    def check(self, problems: int | None = None) -> RenderResult:
+        """Raise the ``ValueError`` of ``check_values`` now if the inputs held NaN/Inf or
+        out-of-range values; returns ``self``.
+
+        The call usually raised already, and then this does nothing. On the CUDA backend
+        a flag not yet read (a render that never waited for the GPU) is read here: one
+        host sync, unless ``problems``, the value of :attr:`problems` read by the caller,
+        is given. Nothing happens on the reference backend (checked before rendering) or
+        with ``check_values=False``.
+
+        Example:
+            >>> import torch, gsnb
+            >>> K = torch.tensor([[[16.0, 0, 8], [0, 16, 8], [0, 0, 1]]])
+            >>> out = gsnb.render(torch.tensor([[0.0, 0, 2]]), torch.tensor([[1.0, 0, 0, 0]]),
+            ...     torch.full((1, 3), 0.2), torch.tensor([0.9]), torch.ones(1, 3),
+            ...     torch.eye(4)[None], K, 16, 16).check()
+        """
+        if self._deferred is not None:
+            self._deferred.check(problems)
+        return self
 
 
 def render(
@@ -128,7 +159,20 @@ def render(
         absgrad: also accumulate ``meta.absgrad`` (for AbsGS densification).
         with_depth: also blend depth; ``False`` skips that channel (faster, less
             memory) and leaves ``depth`` as ``None``.
-        check_values: check for NaN/Inf and out-of-range values (one sync).
+        check_values: check for NaN/Inf values, opacities outside [0, 1], negative scales
+            and focal lengths <= 0, raising ``ValueError`` naming the tensor. The reference
+            backend checks before rendering. The CUDA backend checks inside its projection
+            kernel, on the values it reads anyway (every Gaussian's means, quats, scales
+            and opacity, every camera and background, and the colour coefficients of the
+            splats visible in some camera: a NaN in a colour no camera sees is not found),
+            adding no pass over the inputs and no host sync: the default call is as fast
+            as ``check_values=False``. The flag is read where the renderer waits for the
+            GPU anyway (tile binning reads how many splat-tile pairs to sort, as gsplat's
+            does), so the error is raised by this call, after its GPU work is queued. A
+            render with no such wait (no Gaussians) leaves it to
+            ``out.check()`` or to the next ``render()`` / ``render_splats()`` of the same
+            thread (its message says so), as a CUDA error in PyTorch comes at a later
+            call. ``out.problems`` is the device flag. ``False`` skips the checks.
         rasterize_mode: ``"classic"`` (default, 3DGS) or ``"antialiased"``: as gsplat's
             option of that name (Mip-Splatting's 2D filter, Yu et al. 2024), each splat's
             opacity is multiplied by ``sqrt(det(S) / det(S + 0.3 I))`` of its 2D covariance
@@ -142,7 +186,9 @@ def render(
 
     Raises:
         ValueError: an argument has the wrong shape, dtype, device or values;
-            the message names it with its shape and the expected one.
+            the message names it with its shape and the expected one. Values are
+            checked on the CUDA backend once the GPU has projected them (see
+            ``check_values``).
 
     Example:
         >>> import torch, gsnb
@@ -157,13 +203,13 @@ def render(
     """
     degree = validate_inputs(
         means, quats, scales, opacities, colors, viewmats, Ks, width, height,
-        sh_degree, backgrounds, near_plane, far_plane, check_values,
+        sh_degree, backgrounds, near_plane, far_plane, check_values=False,
     )  # fmt: skip
     return _dispatch(
         _choose_backend(backend, means.device, means.dtype),
         (means, quats, scales, opacities, colors, None), viewmats, Ks, int(width), int(height),
         degree, backgrounds, near_plane, far_plane, absgrad, with_depth, stored=False,
-        antialiased=_antialiased(rasterize_mode),
+        antialiased=_antialiased(rasterize_mode), check_values=check_values,
     )  # fmt: skip
 
 
@@ -232,7 +278,7 @@ def render_splats(
 
     Raises:
         ValueError: a key is missing, or a tensor has the wrong shape, dtype,
-            device or (with ``check_values``) NaN/Inf values.
+            device or (with ``check_values``, raised as :func:`render` says) NaN/Inf values.
 
     Example:
         >>> import torch, gsnb
@@ -254,13 +300,13 @@ def render_splats(
         ) from None
     degree = validate_inputs(
         means, quats, scales, opacities, sh0, viewmats, Ks, width, height,
-        sh_degree, backgrounds, near_plane, far_plane, check_values, rest=shn, stored=True,
+        sh_degree, backgrounds, near_plane, far_plane, check_values=False, rest=shn, stored=True,
     )  # fmt: skip
     return _dispatch(
         _choose_backend(backend, means.device, means.dtype),
         (means, quats, scales, opacities, sh0, shn), viewmats, Ks, int(width), int(height),
         degree, backgrounds, near_plane, far_plane, absgrad, with_depth, stored=True,
-        antialiased=_antialiased(rasterize_mode),
+        antialiased=_antialiased(rasterize_mode), check_values=check_values,
     )  # fmt: skip
 
 
@@ -288,24 +334,40 @@ def _dispatch(
     *,
     stored: bool,
     antialiased: bool = False,
+    check_values: bool = False,
 ) -> RenderResult:
     """Render validated inputs with ``backend``; ``gaussians`` is ``(means, quats, scales,
     opacities, colors, rest)``, stored parameters (``colors`` = sh0, ``rest`` = shN) when
     ``stored``."""
     means, quats, scales, opacities, colors, rest = gaussians
+    deferred = None
+    if check_values:
+        checked = value_tensors(
+            means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, rest, stored
+        )
     if backend == "cuda":
         from gsnb.raster import cuda
 
+        _poll_earlier_checks()
+        if check_values:
+            deferred = DeferredCheck(checked, stored)
         # The kernels composite a constant background; one with a gradient is done below.
         inside = backgrounds is not None and not backgrounds.requires_grad
         rgb, alpha, depth, proj = cuda.render(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height,
             degree, near_plane, far_plane, absgrad, with_depth, backgrounds if inside else None,
-            rest=rest, stored=stored, antialiased=antialiased,
+            rest=rest, stored=stored, antialiased=antialiased, value_check=deferred,
+            checked_backgrounds=backgrounds,
         )  # fmt: skip
+        # Known by now when the render waited for the GPU anyway (binning reads its
+        # intersection count): a bad value raises here. Else a later call reads it.
+        if deferred is not None and not deferred.poll():
+            _pending_checks().append(deferred)
         if inside:
             backgrounds = None
     else:
+        if check_values:  # on the host: a sync costs nothing here
+            check_values_of(checked, stored=stored)
         if stored:
             a = activate_splats(dict(zip(SPLAT_KEYS, gaussians, strict=True)))
             scales, opacities, colors = a["scales"], a["opacities"], a["colors"]
@@ -323,7 +385,38 @@ def _dispatch(
         backend=backend,
         absgrad=getattr(proj.means2d, "absgrad", None),
     )
-    return RenderResult(rgb=rgb, alpha=alpha, depth=depth, meta=meta)
+    return RenderResult(rgb=rgb, alpha=alpha, depth=depth, meta=meta, _deferred=deferred)
+
+
+_local = threading.local()
+
+# Said by an error found at a later call than the render whose inputs were bad.
+_EARLIER = (
+    " (found on the GPU by an earlier render() call of this thread; call result.check() "
+    "right after render() to raise there)"
+)
+
+
+def _pending_checks() -> deque[DeferredCheck]:
+    """This thread's CUDA value checks whose flags are not read yet; the CUDA launch queue
+    bounds how far the host runs ahead, and so their number."""
+    if not hasattr(_local, "pending"):
+        _local.pending = deque()
+    return _local.pending
+
+
+def _poll_earlier_checks() -> None:
+    """Raise the error of an earlier render of this thread whose flag is known by now;
+    flags not yet known stay pending (no wait)."""
+    pending = _pending_checks()
+    while pending:
+        first = pending[0]
+        if first.done:
+            pending.popleft()
+            continue
+        if not first.poll(_EARLIER):
+            return  # renders finish in order on a stream: the later ones are not known either
+        pending.popleft()
 
 
 def _render_reference(

@@ -15,6 +15,7 @@ from torch.autograd.function import once_differentiable
 
 from gsnb import kernels
 from gsnb.raster.projection import Projection
+from gsnb.raster.validate import DeferredCheck
 
 
 def is_available() -> bool:
@@ -40,6 +41,7 @@ class _Frame:
     with_depth: bool
     stored: bool  # log-scales and opacity logits
     antialiased: bool = False  # opacities times the compensation, per camera
+    check_values: bool = False  # the projection flags bad input values (no host sync)
 
     @property
     def stored_opacities(self) -> bool:
@@ -61,26 +63,31 @@ class _Project(torch.autograd.Function):
         viewmats: Tensor,
         Ks: Tensor,
         frame: _Frame,
+        checked_backgrounds: Tensor | None,
     ) -> tuple[Tensor, ...]:
-        means2d, conics, depths, radii, feats, tiles, opacities_cam = kernels.project_forward(
+        outs = kernels.project_forward(
             means=means, quats=quats, scales=scales, opacities=opacities, coeffs=coeffs,
             rest=rest, viewmats=viewmats, Ks=Ks, width=frame.width, height=frame.height,
             near_plane=frame.near_plane, far_plane=frame.far_plane, sh_degree=frame.sh_degree,
             with_depth=frame.with_depth, stored=frame.stored, antialiased=frame.antialiased,
+            backgrounds=checked_backgrounds, check_values=frame.check_values,
         )  # fmt: skip
+        means2d, conics, depths, radii, feats, tiles, opacities_cam, problems = outs
         ctx.save_for_backward(
             means, quats, scales, opacities if frame.antialiased else None, coeffs, rest,
             viewmats, Ks, radii, conics,
         )  # fmt: skip
         ctx.frame = frame
-        ctx.mark_non_differentiable(radii, tiles)
+        ctx.mark_non_differentiable(radii, tiles, problems)
         # Unused outputs get no zero-filled gradient buffers (the kernels read them as zero).
         ctx.set_materialize_grads(False)
-        return means2d, conics, depths, radii, feats, tiles, opacities_cam
+        return means2d, conics, depths, radii, feats, tiles, opacities_cam, problems
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, v_means2d, v_conics, v_depths, _v_radii, v_feats, _v_tiles, v_opac):  # type: ignore[override]
+    def backward(  # type: ignore[override]
+        ctx: Any, v_means2d, v_conics, v_depths, _v_radii, v_feats, _v_tiles, v_opac, _v_problems
+    ):
         means, quats, scales, opacities, coeffs, rest, viewmats, Ks, radii, conics = (
             ctx.saved_tensors
         )
@@ -108,6 +115,7 @@ class _Project(torch.autograd.Function):
             v_opacities if aa and needs[3] else None,
             v_coeffs if needs[4] else None,
             v_rest if needs[5] else None,
+            None,
             None,
             None,
             None,
@@ -196,6 +204,8 @@ def render(
     rest: Tensor | None = None,
     stored: bool = False,
     antialiased: bool = False,
+    value_check: DeferredCheck | None = None,
+    checked_backgrounds: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None, Projection]:
     """Render with the CUDA kernels; arguments are validated by :func:`gsnb.render`.
 
@@ -205,6 +215,13 @@ def render(
     ``rest`` ``[N, K-1, 3]``: the SH coefficients after ``colors`` ``[N, 1, 3]``.
     ``antialiased``: gsplat's ``rasterize_mode="antialiased"`` (the projection hands the
     rasterizer each splat's compensated opacity ``[C, N]``).
+
+    With ``value_check`` the projection kernel checks the values it reads (and
+    ``checked_backgrounds`` ``[3]`` or ``[C, 3]``, composited elsewhere, or ``backgrounds``)
+    and its flag goes to ``value_check.start`` before binning, whose wait for the GPU then
+    makes the flag's host copy known (:meth:`DeferredCheck.poll`) with no sync of its own.
+    The rasterizer needs no checks: it reads the projection's outputs, the opacities and
+    the backgrounds, all checked there.
     """
     if backgrounds is not None and backgrounds.requires_grad:
         raise ValueError("the rasterizer composites constant backgrounds only; detach them")
@@ -228,10 +245,18 @@ def render(
         with_depth=with_depth,
         stored=stored,
         antialiased=antialiased,
+        check_values=value_check is not None,
     )
-    means2d, conics, depths, radii, feats, tiles, opacities_cam = _Project.apply(
-        means, quats, scales, opacities, coeffs, rest, viewmats, Ks, frame
-    )
+    bg = None if backgrounds is None else backgrounds.expand(num_cams, 3).contiguous()
+    checked = bg
+    if value_check is not None and checked_backgrounds is not None:
+        checked = checked_backgrounds.detach().expand(num_cams, 3).contiguous()
+    means2d, conics, depths, radii, feats, tiles, opacities_cam, problems = _Project.apply(
+        means, quats, scales, opacities, coeffs, rest, viewmats, Ks, frame,
+        checked if value_check is not None else None,
+    )  # fmt: skip
+    if value_check is not None:
+        value_check.start(problems)
     if antialiased:
         opacities = opacities_cam  # [C, N], activated: the rasterizer reads no logits
     if means2d.requires_grad:
@@ -245,7 +270,6 @@ def render(
     if absgrad:
         sink = torch.zeros((num_cams, means.shape[0], 2), device=means.device)
         means2d.absgrad = sink  # type: ignore[attr-defined]
-    bg = None if backgrounds is None else backgrounds.expand(num_cams, 3).contiguous()
     rgb, depth, alpha = _Rasterize.apply(
         means2d, conics, feats, opacities, offsets, flat_ids, frame, sink, bg
     )

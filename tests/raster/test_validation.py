@@ -224,3 +224,56 @@ def test_cuda_backend_needs_cuda_tensors() -> None:
 def test_reference_backend_is_used_on_cpu() -> None:
     assert gsnb.render(**valid(), backend="auto").meta.backend == "reference"
     assert gsnb.render(**valid(), backend="reference").meta.backend == "reference"
+
+
+def test_deferred_check_words_the_flag_when_the_inputs_are_gone() -> None:
+    # The CUDA projection's flag outlives the inputs: the error still names the tensor.
+    from gsnb.raster.validate import PROBLEM_BITS, DeferredCheck, value_tensors
+
+    a = valid()
+    sh0, shn = torch.zeros(N, 1, 3), torch.zeros(N, 3, 3)
+    tensors = value_tensors(
+        a["means"].float(), a["quats"].float(), a["scales"].float(), a["opacities"].float(),
+        sh0, a["viewmats"].float(), a["Ks"].float(), None, shn, stored=True,
+    )  # fmt: skip
+    bits = PROBLEM_BITS["shN"] | PROBLEM_BITS["Ks"]
+    check = DeferredCheck(tensors, stored=True, problems=torch.tensor([bits], dtype=torch.int32))
+    del tensors, shn
+    with pytest.raises(ValueError) as info:
+        check.check()
+    assert str(info.value) == (
+        "shN (shape [5, 3, 3], dtype torch.float32, device cpu) has non-finite values (NaN or Inf)"
+    )
+    check.check()  # raised once
+
+
+@pytest.mark.parametrize(
+    ("bit", "words"),
+    [
+        ("colors", "colors (shape [5, 3]) has non-finite"),
+        ("backgrounds", "backgrounds has non-finite"),
+        ("opacity range", "opacities must lie in [0, 1]; apply a sigmoid"),
+        ("negative scales", "scales must be >= 0 (linear scales; exponentiate"),
+        ("focal lengths", "Ks must have positive focal lengths"),
+    ],
+)
+def test_each_flag_bit_names_its_tensor(bit: str, words: str) -> None:
+    from gsnb.raster.validate import PROBLEM_BITS, problems_message
+
+    names = {"colors": "shape [5, 3]"}
+    assert problems_message(PROBLEM_BITS[bit], names, stored=False).startswith(words)
+
+
+def test_clean_inputs_with_a_flag_from_before_an_in_place_fix() -> None:
+    # Inputs repaired in place after the render: the flag's own words are raised.
+    from gsnb.raster.validate import PROBLEM_BITS, DeferredCheck, value_tensors
+
+    a = valid()
+    tensors = value_tensors(
+        a["means"], a["quats"], a["scales"], a["opacities"], a["colors"], a["viewmats"],
+        a["Ks"], None, None, stored=False,
+    )  # fmt: skip
+    flag = torch.tensor([PROBLEM_BITS["opacity range"]], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^opacities \(shape \[5\].*must lie in \[0, 1\]"):
+        DeferredCheck(tensors, stored=False, problems=flag).check()
+    DeferredCheck(tensors, stored=False, problems=torch.zeros(1, dtype=torch.int32)).check()

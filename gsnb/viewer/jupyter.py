@@ -179,3 +179,31 @@ def proxy_embed_html(server: JupyterServer, port: int, secret: str, height: int 
         "    page.href + '?websocket=' + encodeURIComponent(socket);\n"
         "})();</script>"
     )
+
+
+def show_viewer(url: str, host: str, port: int, secret: str, height: int = 600) -> None:
+    """Show the viewer at ``url`` (``host``, ``port``, its ``secret``): embedded in a notebook,
+    through the Jupyter server's proxy when it answers, else an IFrame of this machine's
+    address with one line of advice; printed outside a notebook.
+
+    Example:
+        >>> show_viewer("http://127.0.0.1:8080/?websocket=...", "127.0.0.1", 8080, "abc")
+        gsnb viewer: open http://127.0.0.1:8080/?websocket=...
+    """
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
+        print(f"gsnb viewer: open {url}")
+        return
+    from IPython.display import HTML, IFrame, display
+
+    server = find_server() if host in ("127.0.0.1", "localhost", "0.0.0.0") else None
+    if server is not None and proxy_works(server, port):
+        display(HTML(proxy_embed_html(server, port, secret, height)))
+        return
+    display(IFrame(url, width="100%", height=height))
+    print(f"gsnb viewer: {url} (this machine only); " + HINT.format(port=port))

@@ -22,12 +22,17 @@ Stopping: Ctrl-C reaches every worker (the launcher leaves the first one to them
 agree at the end of a step to stop after it, write a checkpoint and exit with 130. A
 second Ctrl-C, or a worker that dies, makes the launcher stop them all at once: the last
 checkpoint written remains. Every step ends with one tiny all_reduce for these agreed
-decisions (and process 0's time-based checkpoint decision).
+decisions (and process 0's time-based checkpoint decision, knob changes and pause).
 
-What differs from one process: knob changes (:meth:`Trainer.set`) must be made in
-every process at the same step (nothing forwards them yet), ``save_checkpoint`` must
-be called by every process at the same step (the training loop does so), and
-``eval_every`` evaluates in every process (the same numbers; process 0 reports them).
+Knobs and pause: :meth:`DistributedTrainer.set` and :meth:`~DistributedTrainer.pause`
+in process 0 (its viewer, or a notebook through the store of :mod:`gsnb.train.remote`,
+named by ``GSNB_CONTROL``) are agreed in that same all_reduce; pending knob changes are
+then broadcast (only when there are some) and every process applies them before the same
+step, and a pause holds every process after the same step.
+
+What differs from one process: ``save_checkpoint`` must be called by every process at
+the same step (the training loop does so), and ``eval_every`` evaluates in every process
+(the same numbers; process 0 reports them).
 
 Example:
     >>> import os
@@ -401,7 +406,8 @@ class DistributedTrainer(Trainer):
         if self.process_group is None:
             return super().pause()
         self._pause.set()
-        return None
+        with self._lock:  # as Trainer.pause: returns once the step in flight has finished
+            return None
 
     def resume(self) -> None:
         """Go on after :meth:`pause`, every process at the same step."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import secrets
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Mapping
@@ -128,33 +129,38 @@ class RunControl:
         self._evaluate = 0
         self._chunks_read = 0
         self.status: dict[str, Any] = {}
+        self._lock = threading.RLock()  # a widget's thread sends while the panel's reads
         self._write()
 
     def _write(self) -> None:
-        message = {
-            "seq": self._seq,
-            "changes": [[seq, knobs] for seq, knobs in self._changes],
-            "pause": self._pause,
-            "evaluate": self._evaluate,
-        }
-        self._store.set("control", json.dumps(message))
+        with self._lock:
+            message = {
+                "seq": self._seq,
+                "changes": [[seq, knobs] for seq, knobs in self._changes],
+                "pause": self._pause,
+                "evaluate": self._evaluate,
+            }
+            self._store.set("control", json.dumps(message))
 
     def set_knobs(self, knobs: Mapping[str, Any]) -> int:
         """Queue knob changes for every process; returns their sequence number."""
-        self._seq += 1
-        self._changes.append((self._seq, dict(knobs)))
-        self._write()
-        return self._seq
+        with self._lock:
+            self._seq += 1
+            self._changes.append((self._seq, dict(knobs)))
+            self._write()
+            return self._seq
 
     def pause(self, paused: bool = True) -> None:
         """Ask every process to pause (or, ``paused=False``, to go on) at the same step."""
-        self._pause = bool(paused)
-        self._write()
+        with self._lock:
+            self._pause = bool(paused)
+            self._write()
 
     def evaluate(self) -> None:
         """Ask process 0 to evaluate on the test views at its next step boundary."""
-        self._evaluate += 1
-        self._write()
+        with self._lock:
+            self._evaluate += 1
+            self._write()
 
     @property
     def paused_wanted(self) -> bool:
@@ -174,6 +180,10 @@ class RunControl:
     def read(self) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
         """Process 0's latest status, and the step and evaluation records published since the
         last call (dicts of :class:`StepMetrics` and :class:`EvalResult` fields)."""
+        with self._lock:
+            return self._read()
+
+    def _read(self) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
         store = self._store
         status = _get_json(store, "status")
         if status is not None:

@@ -345,8 +345,8 @@ class DistributedTrainer(Trainer):
         self._publish(force=True)
 
     def _publish(self, force: bool = False) -> None:
-        if self.link is not None:
-            self.link.publish(self.progress_status(), force=force)
+        if self.link is not None and (force or self.link.publish_due()):
+            self.link.publish(self.progress_status(), force=True)
 
     def progress_status(self) -> dict[str, Any]:
         """What process 0 publishes: step, state, Gaussians, knob values, the run's settings."""
@@ -373,9 +373,9 @@ class DistributedTrainer(Trainer):
 
         Checked at once as :meth:`Trainer.set` does; the changes travel to the other
         processes at the end of the step in flight (process 0's: a call in another
-        process is ignored there, except a checkpoint's pending knobs, the same in all).
+        process is ignored; a checkpoint's pending knobs, the same in all, are queued at once).
         """
-        if self.process_group is None:
+        if self.process_group is None or getattr(self, "_restoring", False):
             return super().set(**knobs)
         self._check_knobs(knobs)
         with self._pending_lock:
@@ -469,7 +469,12 @@ class DistributedTrainer(Trainer):
                 state[k].zero_()
 
     def _restore(self, state: TrainingState) -> None:
-        super()._restore(state)
+        # The checkpoint's pending knobs are the same in every process: queued here at once.
+        self._restoring = True
+        try:
+            super()._restore(state)
+        finally:
+            self._restoring = False
         # The checkpoint's sums are the run's totals: process 0 carries them on alone.
         if self.rank != 0:
             for k in RUNNING_SUMS:

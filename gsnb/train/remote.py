@@ -265,6 +265,10 @@ class ControlLink:
         """Keep an evaluation's result for the next chunk (an ``on_eval`` callback)."""
         self._evals.append({"step": result.step, "psnr": result.psnr, "ssim": result.ssim})
 
+    def publish_due(self) -> bool:
+        """Whether :meth:`publish` would write now (so that the status is built only then)."""
+        return not self.broken and time.monotonic() >= self._next_publish
+
     def publish(self, status: Mapping[str, Any], force: bool = False) -> None:
         """Write ``status`` (with the last change taken) and a chunk of the new metrics."""
         now = time.monotonic()

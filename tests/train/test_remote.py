@@ -99,6 +99,8 @@ def test_a_knob_from_the_store_applies_at_the_same_step_and_pause_holds_every_wo
         assert status["status"] == "paused" and status["step"] == paused["step"]
         control.pause(False)
         _wait(lambda s: s["step"] >= paused["step"] + 2, 30, control, context)
+        control.pause()  # and Ctrl-C while paused: both stop, after the same step
+        _wait(lambda s: s.get("status") == "paused", 30, control, context)
     finally:
         for process in context.processes:  # Ctrl-C: both stop after the same step
             if process.is_alive():

@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from gsnb.train import TrainConfig
 from gsnb.train.remote import CONTROL_ENV, ControlLink, RunControl, serve_store
 
-STEPS = 400  # more than the test needs: it stops the run once it has seen enough
+STEPS = 100_000  # more than the test needs: it stops the run (Ctrl-C) once it has seen enough
 CONFIG = dict(batch_size=2, steps=STEPS, device="cpu", backend="reference", sh_degree=0)
 
 
@@ -29,16 +29,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, port: int, address: str, data, out: str) -> None:
+def _worker(rank: int, port: int, address: str, data, out: str, config: dict) -> None:
     os.environ.update(
         RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port), **{CONTROL_ENV: address},
     )  # fmt: skip
     from gsnb.train import distributed
 
-    distributed.init_process_group("cpu", timeout_s=60)
+    distributed.init_process_group(config["device"], timeout_s=60)
     torch.set_num_threads(1)
-    trainer = distributed.DistributedTrainer(data, TrainConfig(**CONFIG))
+    trainer = distributed.DistributedTrainer(data, TrainConfig(**config))
     seen: list[tuple[int, float, float]] = []  # step, ssim_lambda it used, wall time
     trainer.on_step(lambda m: seen.append((m.step, trainer.config.ssim_lambda, time.time())))
     with contextlib.suppress(KeyboardInterrupt):  # the test stops the run with Ctrl-C
@@ -81,10 +81,15 @@ def test_a_link_reads_changes_once_and_publishes_metrics() -> None:
 def test_a_knob_from_the_store_applies_at_the_same_step_and_pause_holds_every_worker(
     make_scene, tmp_path
 ) -> None:
-    data = make_scene(views=4)
+    check_steering(make_scene(views=4), CONFIG, tmp_path)
+
+
+def check_steering(data, config: dict, tmp_path: Path) -> None:
+    """Two workers steered through the store: a knob change applies in both before the
+    same step, a pause holds both after the same step, Ctrl-C while paused stops both."""
     control = RunControl(serve_store())
     context = mp.start_processes(
-        _worker, args=(_free_port(), control.address, data, str(tmp_path)), nprocs=2,
+        _worker, args=(_free_port(), control.address, data, str(tmp_path), config), nprocs=2,
         join=False, start_method="spawn",
     )  # fmt: skip
     try:

@@ -54,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if getattr(args, "viewer", False) and args.command == "train":
+        from gsnb.viewer.runs import serve_run  # the viewer layer sits above training's
+
+        args.serve_viewer = serve_run
     module, prefix, _ = COMMANDS[args.command]
     try:
         return int(getattr(importlib.import_module(module), prefix)(args) or 0)

@@ -77,7 +77,6 @@ class TrainingPanel:
         import ipywidgets as w
 
         self.trainer = trainer
-        self._views: list[View] = list(trainer.dataset.train)
         self.image_width = int(image_width)
         self._steps: Inbox[StepMetrics] = Inbox()
         self._evals: Inbox[EvalResult] = Inbox()
@@ -102,13 +101,7 @@ class TrainingPanel:
         self.memory = w.FloatProgress(min=0.0, max=1.0, value=0.0, bar_style="info")
         self.memory_label = w.HTML()
         self.curves = TrainingCurves()
-        self.camera = w.Dropdown(
-            options=[(v.name, i) for i, v in enumerate(self._views)],
-            value=self._camera_index(camera),
-            description="camera",
-        )
-        self.live_image = w.Image(format="jpeg", layout={"width": f"{self.image_width}px"})
-        self.truth_image = w.Image(format="jpeg", layout={"width": f"{self.image_width}px"})
+        self.live = self._live_section(w, camera)
         self.knobs = KnobControls(trainer)
         self.message = w.HTML()
         self.error = w.HTML()
@@ -117,33 +110,44 @@ class TrainingPanel:
 
         self.start_button.on_click(lambda _: self._safely(self._start))
         self.pause_button.on_click(lambda _: self._safely(self._toggle_pause))
-        self.stop_button.on_click(lambda _: self._safely(self.trainer.stop))
+        self.stop_button.on_click(lambda _: self._safely(self._stop))
         self.evaluate_button.on_click(lambda _: self._safely(self._evaluate))
-        self.camera.observe(lambda _: self._safely(self._camera_changed), names="value")
         self._remove_callbacks = [
             trainer.on_step(self._steps.put),
             trainer.on_eval(self._evals.put),
         ]
-        self._camera_changed()
         self.update(force=True)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._ui_loop, name="gsnb-panel", daemon=True)
         self._thread.start()
 
     # ----------------------------------------------------------- layout
-    def _layout(self, w: Any) -> Any:
-        buttons = w.HBox(
-            [self.start_button, self.pause_button, self.stop_button, self.evaluate_button]
+    def _live_section(self, w: Any, camera: int | str) -> Any:
+        """The camera choice and the live render beside its photo."""
+        self._views: list[View] = list(self.trainer.dataset.train)
+        self.camera = w.Dropdown(
+            options=[(v.name, i) for i, v in enumerate(self._views)],
+            value=self._camera_index(camera),
+            description="camera",
         )
-        progress = w.HBox([self.progress, self.progress_label])
-        counters = w.HBox([self.gaussians, w.HTML("&nbsp;" * 4), self.memory, self.memory_label])
+        self.live_image = w.Image(format="jpeg", layout={"width": f"{self.image_width}px"})
+        self.truth_image = w.Image(format="jpeg", layout={"width": f"{self.image_width}px"})
+        self.camera.observe(lambda _: self._safely(self._camera_changed), names="value")
+        self._camera_changed()
         images = w.HBox(
             [
                 w.VBox([w.HTML("<b>render</b>"), self.live_image]),
                 w.VBox([w.HTML("<b>photo</b>"), self.truth_image]),
             ]
         )
-        live = w.VBox([self.camera, images])
+        return w.VBox([self.camera, images])
+
+    def _layout(self, w: Any) -> Any:
+        buttons = w.HBox(
+            [self.start_button, self.pause_button, self.stop_button, self.evaluate_button]
+        )
+        progress = w.HBox([self.progress, self.progress_label])
+        counters = w.HBox([self.gaussians, w.HTML("&nbsp;" * 4), self.memory, self.memory_label])
         return w.VBox(
             [
                 w.HBox([buttons, self.status]),
@@ -152,7 +156,7 @@ class TrainingPanel:
                 self.message,
                 self.error,
                 self.curves.widget,
-                live,
+                self.live,
                 w.HTML("<b>Knobs</b> (applied at the next step)"),
                 self.knobs.widget,
                 self.settings,
@@ -206,6 +210,9 @@ class TrainingPanel:
         self.message.value = ""
         self._shown_error = None
         self.trainer.start()
+
+    def _stop(self) -> None:
+        self.trainer.stop()
 
     def _toggle_pause(self) -> None:
         if self.trainer.status == "paused":

@@ -160,9 +160,13 @@ class TrainMagics(Magics):
                 "or pass --name to keep both"
             )
         if args.nproc > 1:  # worker processes: the run lives outside this kernel
-            run = start_workers(args, namespace)
-            namespace[args.name] = run
-            display(run)
+            _stop_viewer(namespace.pop(f"{args.name}_viewer", None))
+            panel = start_workers(args, namespace)
+            namespace[args.name] = panel.trainer
+            namespace[f"{args.name}_panel"] = panel
+            display(panel)
+            if args.viewer:
+                panel.show_viewer_when_ready()
             return
         trainer = None
         try:
@@ -189,13 +193,23 @@ class TrainMagics(Magics):
 
 
 def start_workers(args: argparse.Namespace, namespace: dict[str, Any]) -> Any:
-    """``%gs_train --nproc N``: ``gsnb train`` with N workers in the background, shown live.
+    """``%gs_train --nproc N``: ``gsnb train`` with N workers in the background, steered from
+    a panel.
 
-    Returns a :class:`~gsnb.notebook.workers.BackgroundTraining`. The data must be a
-    folder (every worker loads it) and ``--out`` is required (the results land there).
+    Returns a :class:`~gsnb.notebook.workers.WorkersPanel` of a
+    :class:`~gsnb.notebook.workers.WorkerRun`. The data must be a folder (every worker
+    loads it) and ``--out`` is required (the results land there).
     """
     from gsnb.data.dataset import SceneDataset
-    from gsnb.notebook.workers import BackgroundTraining, train_command
+    from gsnb.notebook.workers import (
+        BackgroundTraining,
+        WorkerRun,
+        WorkersPanel,
+        forget_stale_viewer,
+        train_command,
+    )
+    from gsnb.train.remote import CONTROL_ENV, RunControl, serve_store
+    from gsnb.train.strategy import make_strategy
 
     if args.out is None:
         raise UsageError("%gs_train --nproc needs --out: the workers write their results there")
@@ -204,12 +218,18 @@ def start_workers(args: argparse.Namespace, namespace: dict[str, Any]) -> Any:
             f"%gs_train --nproc: {args.data!r} is not a dataset folder; the workers load the "
             "data themselves, so pass its folder rather than a notebook variable"
         )
-    if args.viewer or args.no_start:
-        raise UsageError(
-            "%gs_train --nproc: --viewer and --no-start need a trainer in this kernel; with "
-            "--nproc the run is steered by its options (stop it with NAME.stop())"
-        )
-    return BackgroundTraining(train_command(args), Path(args.out))
+    if args.no_start:
+        raise UsageError("%gs_train --nproc: the workers start at once; leave out --no-start")
+    try:
+        config = train_config(args, Path(args.data))
+        strategy = make_strategy(args.strategy)
+    except ValueError as err:
+        raise UsageError(f"%gs_train: {err}") from None
+    forget_stale_viewer(Path(args.out))
+    control = RunControl(serve_store())
+    command = train_command(args)
+    background = BackgroundTraining(command, Path(args.out), env={CONTROL_ENV: control.address})
+    return WorkersPanel(WorkerRun(background, control, config, strategy))
 
 
 def _stop_viewer(viewer: object) -> None:

@@ -62,7 +62,41 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     add_progress_option(parser)
     add_strategy_option(parser)
     add_nproc_option(parser)
+    add_viewer_options(parser)
     add_config_options(parser)
+
+
+def add_viewer_options(parser: argparse.ArgumentParser) -> None:
+    """``--viewer`` and ``--viewer-port``: serve the 3D viewer around the run's trainer
+    (process 0's with ``--nproc``); its URL is printed and written to ``OUT/viewer.json``.
+
+    Example:
+        >>> p = argparse.ArgumentParser()
+        >>> add_viewer_options(p)
+        >>> a = p.parse_args(["--viewer"]); a.viewer, a.viewer_port, a.serve_viewer
+        (True, 0, None)
+    """
+    parser.add_argument(
+        "--viewer",
+        action="store_true",
+        help="serve the 3D viewer (viser) beside training, process 0's with --nproc; its URL "
+        "is printed and written to OUT/viewer.json (readable by you only)",
+    )
+    parser.add_argument(
+        "--viewer-port", type=int, default=0, help="viewer port (default 0: a free one)"
+    )
+    # gsnb.cli puts the viewer layer's gsnb.viewer.runs.serve_run here (it sits above training)
+    parser.set_defaults(serve_viewer=None)
+
+
+def _start_viewer(args: argparse.Namespace, trainer: Trainer, out: Path) -> Callable[[], None]:
+    """The viewer ``--viewer`` asks for, started; the function that stops it."""
+    if not getattr(args, "viewer", False):
+        return lambda: None
+    serve = getattr(args, "serve_viewer", None)
+    if serve is None:
+        raise RuntimeError("--viewer needs gsnb's command line: run `gsnb train ... --viewer`")
+    return serve(trainer, out, args.viewer_port)
 
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
@@ -110,7 +144,8 @@ def train(args: argparse.Namespace) -> int:
             claim_folder(folder, args, "gsnb train")  # only once the data loaded: no empty folders
             trainer = Trainer(data, config, strategy=args.strategy, progress=not args.no_progress)
         preflight(trainer, folder, progress=not args.no_progress)
-    except (OSError, ValueError, RuntimeError) as err:
+        close_viewer = _start_viewer(args, trainer, out)
+    except (OSError, ValueError, RuntimeError, ImportError) as err:
         folder.release(remove_if_new=True)
         print(f"gsnb train: error: {err}", file=sys.stderr)
         return 1
@@ -121,6 +156,7 @@ def train(args: argparse.Namespace) -> int:
     try:
         return _train_and_report(trainer, out, "gsnb train", not args.no_progress, resume=again)
     finally:
+        close_viewer()
         folder.release()
 
 
@@ -199,6 +235,7 @@ def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) 
     out = Path(args.out)
     folder = RunFolder(out)
     owns = rank0 and not folder_claimed
+    close_viewer: Callable[[], None] = lambda: None  # noqa: E731
     try:
         with quiet:
             failed: BaseException | None = None
@@ -209,7 +246,8 @@ def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) 
                 trainer = _worker_trainer(args, out, progress=rank0 and not args.no_progress)
                 if rank0:
                     preflight(trainer, folder, progress=not args.no_progress)
-            except (OSError, ValueError, RuntimeError) as err:
+                    close_viewer = _start_viewer(args, trainer, out)
+            except (OSError, ValueError, RuntimeError, ImportError) as err:
                 failed = err
             anyone, first = group.any(failed is not None, rank0 and failed is not None)
             if anyone or trainer is None:
@@ -230,6 +268,7 @@ def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) 
                 after_run=_leave,
             )  # fmt: skip
     finally:
+        close_viewer()
         if owns:
             folder.release()
 

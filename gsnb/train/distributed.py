@@ -22,12 +22,17 @@ Stopping: Ctrl-C reaches every worker (the launcher leaves the first one to them
 agree at the end of a step to stop after it, write a checkpoint and exit with 130. A
 second Ctrl-C, or a worker that dies, makes the launcher stop them all at once: the last
 checkpoint written remains. Every step ends with one tiny all_reduce for these agreed
-decisions (and process 0's time-based checkpoint decision).
+decisions (and process 0's time-based checkpoint decision, knob changes and pause).
 
-What differs from one process: knob changes (:meth:`Trainer.set`) must be made in
-every process at the same step (nothing forwards them yet), ``save_checkpoint`` must
-be called by every process at the same step (the training loop does so), and
-``eval_every`` evaluates in every process (the same numbers; process 0 reports them).
+Knobs and pause: :meth:`DistributedTrainer.set` and :meth:`~DistributedTrainer.pause`
+in process 0 (its viewer, or a notebook through the store of :mod:`gsnb.train.remote`,
+named by ``GSNB_CONTROL``) are agreed in that same all_reduce; pending knob changes are
+then broadcast (only when there are some) and every process applies them before the same
+step, and a pause holds every process after the same step.
+
+What differs from one process: ``save_checkpoint`` must be called by every process at
+the same step (the training loop does so), and ``eval_every`` evaluates in every process
+(the same numbers; process 0 reports them).
 
 Example:
     >>> import os
@@ -43,7 +48,9 @@ import dataclasses
 import logging
 import os
 import signal
+import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -56,8 +63,12 @@ from torch import Tensor
 from gsnb.train import batch
 from gsnb.train import checkpoint as ckpt
 from gsnb.train.checkpoint import TrainingState
+from gsnb.train.knobs import check_value
+from gsnb.train.remote import ControlLink
 from gsnb.train.trainer import Trainer
 
+PAUSE_SECONDS = 0.1
+"""How often paused processes agree whether to go on."""
 RUNNING_SUMS = ("grad2d", "count")
 """Strategy-state tensors that are per-process sums of what each process saw (per Gaussian)."""
 
@@ -219,6 +230,16 @@ class DistributedTrainer(Trainer):
         self._group = group
         self._stop_wanted = False
         self._agreed_stop = False
+        # Knob changes made in a process, sent to all at the next step boundary (process 0's).
+        self._outgoing: dict[str, Any] = {}
+        self._evaluations_asked = 0
+        self.link: ControlLink | None = None
+        if self.rank == 0:
+            self.link = ControlLink.from_env(os.environ)
+            if self.link is not None:
+                self.on_step(self.link.record_step)
+                self.on_eval(self.link.record_eval)
+                self._publish(force=True)
 
     @property
     def rank(self) -> int:
@@ -249,20 +270,151 @@ class DistributedTrainer(Trainer):
 
     # ------------------------------------------------------- agreed decisions
     def _checkpoint_due(self, step: int) -> bool:
-        """Process 0's decision (it keeps the time), and a stop wanted by any process.
+        """Process 0's decisions (the time, knob changes, pause), and a stop wanted by any
+        process, agreed in one tiny all_reduce at the end of every step.
 
-        Called once at the end of every step; Ctrl-C or :meth:`stop` in any process stops
-        all of them after the same step.
+        Ctrl-C or :meth:`stop` in any process stops all of them after the same step.
+        Knob changes queued in process 0 (:meth:`set`, or the controller of
+        :mod:`gsnb.train.remote`) are then broadcast, only when there are some, and
+        every process queues them for the next step. While process 0 is paused every
+        process waits here, agreeing every :data:`PAUSE_SECONDS` (so that a stop or a
+        knob change still reaches them all).
         """
         if self.process_group is None:
             return super()._checkpoint_due(step)
         due = self.rank == 0 and super()._checkpoint_due(step)
-        interrupted = self._guard is not None and self._guard.requested
-        due, stop = self._group.any(due, self._stop_wanted or interrupted)
-        if stop:
-            self._agreed_stop = True
-            self._stop.set()
-        return due
+        checkpoint = False
+        while True:
+            self._serve_controller()
+            interrupted = self._guard is not None and self._guard.requested
+            paused_here = self.rank == 0 and self._pause.is_set()
+            due, stop, send, paused = self._group.any(
+                due, self._stop_wanted or interrupted, bool(self._outgoing), paused_here
+            )
+            checkpoint = checkpoint or due
+            if stop:
+                self._agreed_stop = True
+                self._stop.set()
+                self._pause.clear()
+                return checkpoint
+            if send:
+                with self._pending_lock:  # taken at once: a change made meanwhile waits a step
+                    mine, self._outgoing = self._outgoing, {}
+                self._take_knobs(self._group.from_rank0(mine))
+            if not paused:
+                if self._status == "paused":
+                    self._status = "running"
+                self._publish()
+                return checkpoint
+            self._status = "paused"
+            self._publish(force=True)
+            due = False
+            time.sleep(PAUSE_SECONDS)
+
+    def _take_knobs(self, knobs: dict[str, Any]) -> None:
+        """Queue process 0's broadcast knob changes here, for the next step (every process)."""
+        try:
+            Trainer.set(self, **knobs)
+        except ValueError as err:  # the same in every process: none takes them
+            warnings.warn(f"knob changes {knobs} refused: {err}", stacklevel=2)
+
+    def _serve_controller(self) -> None:
+        """Process 0: take the controller's new requests (read every few steps at most)."""
+        link = self.link
+        if link is None:
+            return
+        request = link.poll(force=self._pause.is_set())
+        if request is None:
+            return
+        for seq, knobs in link.new_changes(request):
+            try:
+                self.set(**knobs)
+                link.error = None
+            except ValueError as err:
+                link.error = str(err)
+            link.applied = seq
+        if request.get("pause") and not self._pause.is_set():
+            self.pause()
+        elif not request.get("pause") and self._pause.is_set():
+            self.resume()
+        asked = int(request.get("evaluate", 0))
+        if asked > self._evaluations_asked:
+            self._evaluations_asked = asked
+            if self.dataset.test_ids:
+                self.evaluate()  # process 0 alone: the others wait in the next all_reduce
+        self._publish(force=True)
+
+    def _publish(self, force: bool = False) -> None:
+        if self.link is not None and (force or self.link.publish_due()):
+            self.link.publish(self.progress_status(), force=True)
+
+    def progress_status(self) -> dict[str, Any]:
+        """What process 0 publishes: step, state, Gaussians, knob values, the run's settings."""
+        return {
+            "step": self._step,
+            "steps": self.config.steps,
+            "status": self._status,
+            "num_gaussians": self.num_gaussians,
+            "knobs": {k.name: k.value for k in self.knobs()},
+            "pending": self.pending_knobs,
+            "device": str(self.device),
+            "strategy": self.strategy.name,
+            "world_size": self._group.world_size,
+            "time": time.time(),
+        }
+
+    def _finish(self, status: str) -> None:
+        super()._finish(status)
+        self._publish(force=True)
+
+    # ------------------------------------------------------------ knobs, pause
+    def set(self, **knobs: Any) -> None:
+        """Queue knob changes for every process; they apply before the same step everywhere.
+
+        Checked at once as :meth:`Trainer.set` does; the changes travel to the other
+        processes at the end of the step in flight (process 0's: a call in another
+        process is ignored; a checkpoint's pending knobs, the same in all, are queued at once).
+        """
+        if self.process_group is None or getattr(self, "_restoring", False):
+            return super().set(**knobs)
+        self._check_knobs(knobs)
+        with self._pending_lock:
+            self._outgoing = self._outgoing | knobs
+        return None
+
+    def _check_knobs(self, knobs: dict[str, Any]) -> None:
+        table = {k.name: k for k in self.knobs()}
+        unknown = sorted(set(knobs) - set(table))
+        if unknown:
+            raise ValueError(f"unknown knob(s) {unknown}; the valid knobs are: {', '.join(table)}")
+        for name, value in knobs.items():
+            knobs[name] = check_value(table[name], value)
+        merged = self.pending_knobs | knobs
+        in_config = {k: v for k, v in merged.items() if hasattr(self.config, k)}
+        in_strategy = {k: v for k, v in merged.items() if k not in in_config}
+        dataclasses.replace(self.config, **in_config)  # raises on knobs that contradict
+        dataclasses.replace(self.strategy, **in_strategy)
+
+    @property
+    def pending_knobs(self) -> dict[str, Any]:
+        """Knob changes queued: those on their way to every process, then those taken."""
+        with self._pending_lock:
+            return dict(self._pending) | dict(getattr(self, "_outgoing", {}))
+
+    def pause(self) -> None:
+        """Pause every process after the same step (process 0's call; see :meth:`resume`)."""
+        if self.process_group is None:
+            return super().pause()
+        self._pause.set()
+        with self._lock:  # as Trainer.pause: returns once the step in flight has finished
+            return None
+
+    def resume(self) -> None:
+        """Go on after :meth:`pause`, every process at the same step."""
+        if self.process_group is None:
+            return super().resume()
+        self._pause.clear()
+        return None
 
     def _interrupted(self, guard: Any) -> bool:
         if self.process_group is None:
@@ -317,7 +469,12 @@ class DistributedTrainer(Trainer):
                 state[k].zero_()
 
     def _restore(self, state: TrainingState) -> None:
-        super()._restore(state)
+        # The checkpoint's pending knobs are the same in every process: queued here at once.
+        self._restoring = True
+        try:
+            super()._restore(state)
+        finally:
+            self._restoring = False
         # The checkpoint's sums are the run's totals: process 0 carries them on alone.
         if self.rank != 0:
             for k in RUNNING_SUMS:

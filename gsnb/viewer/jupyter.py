@@ -179,3 +179,49 @@ def proxy_embed_html(server: JupyterServer, port: int, secret: str, height: int 
         "    page.href + '?websocket=' + encodeURIComponent(socket);\n"
         "})();</script>"
     )
+
+
+def viewer_display(
+    url: str, host: str, port: int, secret: str, height: int = 600
+) -> tuple[Any, str | None]:
+    """What shows the viewer at ``url`` (``host``, ``port``, its ``secret``) in a notebook:
+    the embedding through the Jupyter server's proxy when it answers, else an IFrame of
+    this machine's address, and a line of advice for the latter (else None).
+
+    Example:
+        >>> shown, note = viewer_display("http://127.0.0.1:8080/", "0.0.0.1", 8080, "abc")
+        >>> type(shown).__name__, "8080" in note
+        ('IFrame', True)
+    """
+    from IPython.display import HTML, IFrame
+
+    server = find_server() if host in ("127.0.0.1", "localhost", "0.0.0.0") else None
+    if server is not None and proxy_works(server, port):
+        return HTML(proxy_embed_html(server, port, secret, height)), None
+    note = f"gsnb viewer: {url} (this machine only); " + HINT.format(port=port)
+    return IFrame(url, width="100%", height=height), note
+
+
+def show_viewer(url: str, host: str, port: int, secret: str, height: int = 600) -> None:
+    """Show the viewer at ``url`` in a notebook (see :func:`viewer_display`), or print its
+    address outside one.
+
+    Example:
+        >>> show_viewer("http://127.0.0.1:8080/?websocket=...", "127.0.0.1", 8080, "abc")
+        gsnb viewer: open http://127.0.0.1:8080/?websocket=...
+    """
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
+        print(f"gsnb viewer: open {url}")
+        return
+    from IPython.display import display
+
+    shown, note = viewer_display(url, host, port, secret, height)
+    display(shown)
+    if note is not None:
+        print(note)

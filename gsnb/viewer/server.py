@@ -517,25 +517,9 @@ class Viewer:
         to do when the browser runs elsewhere. A stopped viewer starts again.
         """
         self.start()
-        try:
-            from IPython import get_ipython
+        from gsnb.viewer.jupyter import show_viewer
 
-            shell = get_ipython()
-        except ImportError:
-            shell = None
-        if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
-            print(f"gsnb viewer: open {self.url}")
-            return
-        from IPython.display import HTML, IFrame, display
-
-        from gsnb.viewer.jupyter import HINT, find_server, proxy_embed_html, proxy_works
-
-        server = find_server() if self.host in ("127.0.0.1", "localhost", "0.0.0.0") else None
-        if server is not None and proxy_works(server, self.port):
-            display(HTML(proxy_embed_html(server, self.port, self.secret, height)))
-            return
-        display(IFrame(self.url, width="100%", height=height))
-        print(f"gsnb viewer: {self.url} (this machine only); " + HINT.format(port=self.port))
+        show_viewer(self.url, self.host, self.port, self.secret, height)
 
     def stop(self) -> None:
         """Stop streaming and close the server; the port is free when this returns."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -9,6 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from gsnb.notebook.panel import TrainingPanel
 from gsnb.notebook.train_magics import TrainMagics
 from gsnb.train import Trainer
+from gsnb.viewer.server import port_is_free as port_free
 
 QUICK = "--device cpu --sh-degree 1 --max-init-points 40"
 
@@ -134,25 +138,91 @@ def test_a_new_run_stops_the_viewer_of_the_old_one_under_its_name(shell, dataset
     assert port_is_free("127.0.0.1", port)
 
 
+def _until(condition, seconds: float, what: str, run) -> None:
+    """Wait for ``condition()``, failing after ``seconds`` (or when the workers end)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline or not run.running:
+            pytest.fail(
+                f"{what}: not within {seconds} s; output:\n" + "\n".join(run.background.lines)
+            )
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_nproc_trains_in_worker_processes_and_shows_process_0s_output(shell, scene_root, tmp_path):
-    from gsnb.notebook.workers import BackgroundTraining
+    from gsnb.notebook.workers import WorkerRun, WorkersPanel
 
     out = tmp_path / "run"
     line = (
         f"{scene_root} --out {out} --nproc 2 --batch-size 2 --steps 3 --backend reference {QUICK}"
     )
     shell.run_line_magic("gs_train", line)
-    run = shell.user_ns["trainer"]
-    assert isinstance(run, BackgroundTraining)
+    run, panel = shell.user_ns["trainer"], shell.user_ns["trainer_panel"]
+    assert isinstance(run, WorkerRun) and isinstance(panel, WorkersPanel)
     try:
-        assert run.wait(180) == 0, "\n".join(run.lines)
+        assert run.wait(180) == 0, "\n".join(run.background.lines)
     finally:
         run.stop()
-    text = "\n".join(run.lines)
+    text = "\n".join(run.background.lines)
     assert "gsnb train: 3 steps in" in text and "[exit code 0]" in text
-    assert "steps/s" in run.widget.value
+    assert "steps/s" in run.background.widget.value
     assert (out / "checkpoint.pt").is_file()
+    panel.update(force=True)  # the panel shows process 0's steps, as for one process
+    assert run.status == "finished" and panel.progress.value == 3
+    assert [m.step for m in run.history] == [1, 2, 3]
+    assert list(panel.curves.widget.data[0].x) == [1, 2, 3]
     with pytest.raises(UsageError, match="needs --out"):
         shell.run_line_magic("gs_train", f"{scene_root} --nproc 2 {QUICK}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_nproc_panel_shows_the_live_run_and_steers_every_worker(shell, scene_root, tmp_path):
+    out = tmp_path / "run"
+    line = f"{scene_root} --out {out} --nproc 2 --batch-size 2 --steps 100000 --backend reference"
+    shell.run_line_magic("gs_train", f"{line} {QUICK}")
+    run, panel = shell.user_ns["trainer"], shell.user_ns["trainer_panel"]
+    try:
+        # process 0's metrics reach the curves while the run goes on
+        _until(lambda: len(panel.curves.loss) >= 3, 150, "live curves", run)
+        assert run.running and panel.progress.value >= 3 and run.status == "running"
+        panel.knobs.controls["ssim_lambda"].value = 0.5  # the panel's control, as a user does
+        _until(lambda: run.config.ssim_lambda == 0.5, 30, "knob applied", run)
+        assert not run.pending_knobs
+        with pytest.raises(ValueError, match="unknown knob"):
+            run.set(bogus=1)
+        panel.pause_button.click()
+        _until(lambda: run.status == "paused", 30, "paused", run)
+        at = run.step_count
+        time.sleep(1.0)
+        run.poll(force=True)
+        assert run.step_count == at and panel.pause_button.description == "Resume"
+        panel.pause_button.click()
+        _until(lambda: run.step_count > at, 30, "resumed", run)
+    finally:
+        code = run.stop(60)
+    assert code == 130 and run.status == "stopped"
+    assert (out / "checkpoint.pt").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_nproc_viewer_runs_in_process_0_and_shows_in_the_panel(shell, scene_root, tmp_path):
+    pytest.importorskip("viser")
+    out = tmp_path / "run"
+    line = f"{scene_root} --out {out} --nproc 2 --batch-size 2 --steps 100000 --backend reference"
+    shell.run_line_magic("gs_train", f"{line} --viewer {QUICK}")
+    run, panel = shell.user_ns["trainer"], shell.user_ns["trainer_panel"]
+    try:
+        _until(lambda: getattr(panel, "viewer", None) is not None, 150, "viewer", run)
+        info = panel.viewer
+        assert (out / "viewer.json").stat().st_mode & 0o777 == 0o600
+        assert info["secret"] in info["url"] and info["pid"] != os.getpid()
+        assert not port_free("127.0.0.1", info["port"])  # served by process 0
+        assert all(info["secret"] not in line for line in run.background.lines)
+        assert panel.viewer_area.outputs  # the viewer, embedded
+    finally:
+        run.stop(60)
+    assert not (out / "viewer.json").exists()

@@ -68,13 +68,25 @@ def train_command(
     ]  # fmt: skip
 
 
+def python_path() -> str:
+    """This checkout first, then the caller's own ``PYTHONPATH`` (packages installed beside
+    the interpreter's, e.g. with ``pip install --target``), for the training commands.
+
+    Example:
+        >>> python_path().split(os.pathsep)[0] == str(REPO)
+        True
+    """
+    parts = [str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    return os.pathsep.join(p for p in parts if p)
+
+
 def run_one(args: argparse.Namespace, data: Path, batch: int, nproc: int) -> dict[str, Any]:
     """Train one configuration; its numbers from ``summary.json`` (or the error)."""
     name = f"b{batch}_n{nproc}"
     out = Path(args.out) / "runs" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     command = train_command(args, data, out, batch, nproc)
-    env = os.environ | {"PYTHONPATH": str(REPO)}
+    env = os.environ | {"PYTHONPATH": python_path()}
     started = time.perf_counter()
     with open(out.parent / f"{name}.log", "w") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)

@@ -29,3 +29,15 @@ def test_speedups_compare_views_per_second_at_one_batch_size() -> None:
         {"batch_size": 4, "nproc": 2, "error": "out of memory"},
     ]
     assert speedups(rows) == {"batch2_nproc2_vs_1": 1.8}
+
+
+def test_training_commands_keep_the_callers_python_path(monkeypatch) -> None:
+    """Packages found through the caller's PYTHONPATH (e.g. ``pip install --target``) stay
+    importable in the training commands, after this checkout."""
+    import os
+
+    import bench_multigpu
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/opt/site", "/tmp/extra"]))
+    parts = bench_multigpu.python_path().split(os.pathsep)
+    assert parts == [str(bench_multigpu.REPO), "/opt/site", "/tmp/extra"]

@@ -182,6 +182,22 @@ class Filter3D:
         assert self._value is not None
         return self._value
 
+    def state_dict(self, splats: Mapping[str, Tensor]) -> dict[str, Any]:
+        """The variances in use and the step they were computed at, on the CPU, for a
+        checkpoint of a run whose Gaussians are ``splats`` (a resume continues exactly)."""
+        value = None if self._value is None else self._value.detach().to("cpu", copy=True)
+        return {"variances": value, "step": self._step, "current": self._means is splats["means"]}
+
+    def load_state_dict(self, state: Mapping[str, Any], splats: Mapping[str, Tensor]) -> None:
+        """Continue from :meth:`state_dict` with the restored Gaussians ``splats``."""
+        if state.get("variances") is None:
+            return
+        means = splats["means"]
+        self._value = state["variances"].to(device=means.device, dtype=means.dtype)
+        self._step = int(state["step"])
+        # Variances of the Gaussians before a densification are recomputed at the next use.
+        self._means = means if state["current"] else None
+
 
 def exported_model(trainer: Any) -> GaussianModel:
     """The model a trainer's run exports (PLY file, video): with ``config.filter3d`` on, a

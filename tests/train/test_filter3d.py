@@ -127,3 +127,18 @@ def test_bake_detaches_and_keeps_the_other_parameters() -> None:
     torch.testing.assert_close(baked["scales"][[0, 3]], splats["scales"][[0, 3]].detach())
     assert torch.equal(baked["sh0"], splats["sh0"]) and torch.equal(baked["means"], splats["means"])
     assert (baked["opacities"][1:3] < 0).all()
+
+
+def test_a_resumed_run_filters_with_the_variances_the_run_had(make_scene, tmp_path: Path) -> None:
+    # The variances are recomputed every 100 steps from the means of that step; a resume
+    # between two recomputations must keep the old ones, not compute them afresh.
+    data = make_scene()
+    config = TrainConfig(steps=20, filter3d=True, sh_degree=0, backend="reference")
+    trainer = Trainer(data, config)
+    trainer.run(3)
+    path = trainer.save_checkpoint(tmp_path / "checkpoint.pt")
+    trainer.run(3)
+    resumed = Trainer.resume_from(path, data)
+    resumed.run(3)
+    for name, value in trainer.model.splats.items():
+        assert torch.equal(value, resumed.model.splats[name]), name

@@ -39,10 +39,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from gsnb.model import GaussianModel
-from gsnb.raster.api import SPLAT_KEYS, activate_splats
+from gsnb.raster.api import SPLAT_KEYS
 
 FILTER_VARIANCE = 0.2
 """Mip-Splatting's 3D filter variance in units of the squared pixel footprint (its
@@ -125,11 +126,19 @@ def bake_filter3d(splats: Mapping[str, Tensor], variances: Tensor) -> dict[str, 
         (True, True)
     """
     with torch.no_grad():
-        a = activate_splats(splats)
-        scales, opacities = apply_filter3d(a["scales"], a["opacities"], variances)
         baked = {k: splats[k].detach().clone() for k in SPLAT_KEYS}
-        baked["scales"] = torch.log(scales)
-        baked["opacities"] = torch.logit(opacities)
+        log_scales, logits = baked["scales"], baked["opacities"]
+        # In log space: the logit of a saturated opacity (sigmoid rounds to 1) and the log of
+        # a tiny scale (its square rounds to 0) stay finite. log(0) = -inf: no filter.
+        log_var = torch.log(variances.detach()).to(log_scales)[:, None]
+        scales = 0.5 * torch.logaddexp(2.0 * log_scales, log_var)
+        log_coef = (log_scales - scales).sum(-1)  # log sqrt(prod(s^2 / (s^2 + v)))
+        # logit(p c) = log(p c) - log(1 - p c), with 1 - p c = (1 - p) + p (1 - c).
+        rest = torch.sigmoid(-logits) - torch.sigmoid(logits) * torch.expm1(log_coef)
+        opacities = F.logsigmoid(logits) + log_coef - torch.log(rest)
+        filtered = variances.detach() > 0  # the others keep their parameters exactly
+        baked["scales"] = torch.where(filtered[:, None], scales, log_scales)
+        baked["opacities"] = torch.where(filtered, opacities, logits)
     return baked
 
 

@@ -149,6 +149,8 @@ class Filter3D:
         views: the training views (each with ``viewmat [4, 4]``, ``K [3, 3]``, ``width``,
             ``height``).
         every: steps between recomputations while the Gaussians keep their tensors.
+        device: where the Gaussians live: the cameras are kept there, since copying them
+            from the host at each recomputation would wait for the GPU.
 
     Example:
         >>> import torch
@@ -161,11 +163,16 @@ class Filter3D:
         8e-05
     """
 
-    def __init__(self, views: Sequence[Any], every: int = RECOMPUTE_EVERY) -> None:
+    def __init__(
+        self,
+        views: Sequence[Any],
+        every: int = RECOMPUTE_EVERY,
+        device: torch.device | str = "cpu",
+    ) -> None:
         if not views:
             raise ValueError("the 3D filter needs at least one training view")
-        self.viewmats = torch.stack([torch.as_tensor(v.viewmat).float() for v in views])
-        self.Ks = torch.stack([torch.as_tensor(v.K).float() for v in views])
+        self.viewmats = torch.stack([torch.as_tensor(v.viewmat).float() for v in views]).to(device)
+        self.Ks = torch.stack([torch.as_tensor(v.K).float() for v in views]).to(device)
         self.widths = [int(v.width) for v in views]
         self.heights = [int(v.height) for v in views]
         self.every = every

@@ -170,7 +170,7 @@ class Trainer(TrainingControl):
             self.model.sh_degree,
         )
         self.train_images = ViewImages(views, self.device, progress, images_on)
-        self.filter3d = Filter3D(views)  # used while config.filter3d is on
+        self.filter3d = Filter3D(views, device=self.device)  # used while config.filter3d is on
         self._test_images: ViewImages | None = None
         self.background = torch.tensor(dataset.background, dtype=torch.float32, device=self.device)
         self.model.background = checked_background(dataset.background)  # saved with it

@@ -365,6 +365,7 @@ def training_payload(
     pending_knobs: Mapping[str, Any] | None = None,
     seconds: float = 0.0,
     corrections: Mapping[str, Any] | None = None,
+    filter3d: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A copy on the CPU of a run's whole state, laid out as a checkpoint holds it.
 
@@ -372,7 +373,8 @@ def training_payload(
     strategy's noise); ``views`` are the training views, named so that a resume
     on other data is refused; ``seconds`` is the training time of the whole run so
     far; ``corrections`` holds the learned exposures and pose corrections with their
-    Adam states (``ViewCorrections.state_dict``). Take it while the run is between
+    Adam states (``ViewCorrections.state_dict``); ``filter3d`` the 3D filter's variances in
+    use (``Filter3D.state_dict``). Take it while the run is between
     two steps, then write it with :func:`write_checkpoint`.
 
     Example:
@@ -414,6 +416,7 @@ def training_payload(
         "background": list(model.background),
         "seconds": float(seconds),
         "corrections": to_cpu(dict(corrections or {})),
+        "filter3d": to_cpu(dict(filter3d or {})),
     }
 
 
@@ -508,6 +511,13 @@ class TrainingState:
             raise CheckpointError(
                 f"checkpoint {self.source} has unusable exposure or pose corrections: {err}"
             ) from err
+
+    def restore_filter3d(self, filter3d: Any, splats: Any) -> None:
+        """Continue with the 3D filter's variances in use (``filter3d`` a ``Filter3D`` of the
+        restored Gaussians ``splats``); a checkpoint without them recomputes them."""
+        saved = self.payload.get("filter3d")
+        if saved:
+            filter3d.load_state_dict(saved, splats)
 
     def strategy_state(self, device: torch.device) -> dict[str, Any]:
         """The strategy's running state, its tensors on ``device``."""

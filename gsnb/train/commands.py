@@ -514,6 +514,7 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
             "lpips": result.lpips,
             "views": result.num_views,
             "note": result.lpips_note,
+            "protocol": result.protocol,  # whole images, or right halves (train_test_exp)
         }
     files = report["files"]
     files["checkpoint"] = str(final_checkpoint(trainer, out))
@@ -571,7 +572,8 @@ def summary_text(name: str, report: dict[str, Any]) -> str:
         )
     if "test" in report:
         t = report["test"]
-        text = f"  test:       PSNR {t['psnr']:.2f} dB, SSIM {t['ssim']:.4f} ({t['views']} views)"
+        text = f"  test:       PSNR {t['psnr']:.2f} dB, SSIM {t['ssim']:.4f} ({t['views']} views"
+        text += ", right halves)" if t.get("protocol") == "right halves" else ")"
         text += f", LPIPS {t['lpips']:.4f}" if t["lpips"] is not None else f"; {t['note']}"
         lines.append(text)
     lines.append(f"  Gaussians:  {report['num_gaussians']}")

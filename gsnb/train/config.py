@@ -175,11 +175,11 @@ class TrainConfig:
             raise ValueError(f"init_scale must be positive, got {self.init_scale!r}")
         if self.init_opacity is not None and not 0.0 < self.init_opacity < 1.0:
             raise ValueError(f"init_opacity must lie in (0, 1), got {self.init_opacity!r}")
-        if self.batch_size > 1 and (self.exposure or self.pose_refine):
-            # Their corrections are applied per rendered view, in the one-view step only.
+        if self.batch_size > 1 and (self.exposure or self.pose_refine or self.train_test_exp):
+            # Corrections and test views' left halves apply in the one-view step only.
             raise ValueError(
-                "exposure and pose_refine train one view per step: use batch_size 1 "
-                f"(and one process) with them, got batch_size {self.batch_size}"
+                "exposure, pose_refine and train_test_exp train one view per step: use "
+                f"batch_size 1 (and one process) with them, got batch_size {self.batch_size}"
             )
 
     def to_dict(self) -> dict[str, Any]:

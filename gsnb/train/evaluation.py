@@ -57,7 +57,8 @@ class EvalResult:
         text = f"step {self.step}: PSNR {self.psnr:.2f} dB, SSIM {self.ssim:.4f}"
         if self.lpips is not None:
             text += f", LPIPS {self.lpips:.4f}"
-        return text + f" over {self.num_views} views"
+        text += f" over {self.num_views} views"
+        return text if self.protocol == "full images" else f"{text}, {self.protocol}"
 
 
 @functools.lru_cache(maxsize=1)

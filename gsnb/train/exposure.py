@@ -75,9 +75,10 @@ def apply_exposure(rgb: Tensor, matrices: Tensor) -> Tensor:
         >>> [round(v, 4) for v in apply_exposure(torch.full((1, 1, 3), 0.25), A).flatten().tolist()]
         [0.6, 0.6, 0.6]
     """
-    linear = matrices[..., None, None, :, :3]  # [..., 1, 1, 3, 3] against [..., H, W, 3]
-    offset = matrices[..., None, None, :, 3]
-    return (linear @ rgb[..., None])[..., 0] + offset
+    # One [H*W, 3] x [3, 3] product per image: a 3x3 product per pixel would be a batch of
+    # H*W tiny products whose backward holds a [H, W, 3, 3] gradient.
+    linear = torch.einsum("...hwj,...ij->...hwi", rgb, matrices[..., :3])
+    return linear + matrices[..., None, None, :, 3]
 
 
 def identity_exposures(count: int, device: torch.device | str = "cpu") -> Tensor:

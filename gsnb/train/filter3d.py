@@ -39,10 +39,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from gsnb.model import GaussianModel
-from gsnb.raster.api import SPLAT_KEYS, activate_splats
+from gsnb.raster.api import SPLAT_KEYS
 
 FILTER_VARIANCE = 0.2
 """Mip-Splatting's 3D filter variance in units of the squared pixel footprint (its
@@ -125,11 +126,19 @@ def bake_filter3d(splats: Mapping[str, Tensor], variances: Tensor) -> dict[str, 
         (True, True)
     """
     with torch.no_grad():
-        a = activate_splats(splats)
-        scales, opacities = apply_filter3d(a["scales"], a["opacities"], variances)
         baked = {k: splats[k].detach().clone() for k in SPLAT_KEYS}
-        baked["scales"] = torch.log(scales)
-        baked["opacities"] = torch.logit(opacities)
+        log_scales, logits = baked["scales"], baked["opacities"]
+        # In log space: the logit of a saturated opacity (sigmoid rounds to 1) and the log of
+        # a tiny scale (its square rounds to 0) stay finite. log(0) = -inf: no filter.
+        log_var = torch.log(variances.detach()).to(log_scales)[:, None]
+        scales = 0.5 * torch.logaddexp(2.0 * log_scales, log_var)
+        log_coef = (log_scales - scales).sum(-1)  # log sqrt(prod(s^2 / (s^2 + v)))
+        # logit(p c) = log(p c) - log(1 - p c), with 1 - p c = (1 - p) + p (1 - c).
+        rest = torch.sigmoid(-logits) - torch.sigmoid(logits) * torch.expm1(log_coef)
+        opacities = F.logsigmoid(logits) + log_coef - torch.log(rest)
+        filtered = variances.detach() > 0  # the others keep their parameters exactly
+        baked["scales"] = torch.where(filtered[:, None], scales, log_scales)
+        baked["opacities"] = torch.where(filtered, opacities, logits)
     return baked
 
 
@@ -140,6 +149,8 @@ class Filter3D:
         views: the training views (each with ``viewmat [4, 4]``, ``K [3, 3]``, ``width``,
             ``height``).
         every: steps between recomputations while the Gaussians keep their tensors.
+        device: where the Gaussians live: the cameras are kept there, since copying them
+            from the host at each recomputation would wait for the GPU.
 
     Example:
         >>> import torch
@@ -152,11 +163,16 @@ class Filter3D:
         8e-05
     """
 
-    def __init__(self, views: Sequence[Any], every: int = RECOMPUTE_EVERY) -> None:
+    def __init__(
+        self,
+        views: Sequence[Any],
+        every: int = RECOMPUTE_EVERY,
+        device: torch.device | str = "cpu",
+    ) -> None:
         if not views:
             raise ValueError("the 3D filter needs at least one training view")
-        self.viewmats = torch.stack([torch.as_tensor(v.viewmat).float() for v in views])
-        self.Ks = torch.stack([torch.as_tensor(v.K).float() for v in views])
+        self.viewmats = torch.stack([torch.as_tensor(v.viewmat).float() for v in views]).to(device)
+        self.Ks = torch.stack([torch.as_tensor(v.K).float() for v in views]).to(device)
         self.widths = [int(v.width) for v in views]
         self.heights = [int(v.height) for v in views]
         self.every = every
@@ -181,6 +197,22 @@ class Filter3D:
             self._means, self._step = means, step
         assert self._value is not None
         return self._value
+
+    def state_dict(self, splats: Mapping[str, Tensor]) -> dict[str, Any]:
+        """The variances in use and the step they were computed at, on the CPU, for a
+        checkpoint of a run whose Gaussians are ``splats`` (a resume continues exactly)."""
+        value = None if self._value is None else self._value.detach().to("cpu", copy=True)
+        return {"variances": value, "step": self._step, "current": self._means is splats["means"]}
+
+    def load_state_dict(self, state: Mapping[str, Any], splats: Mapping[str, Tensor]) -> None:
+        """Continue from :meth:`state_dict` with the restored Gaussians ``splats``."""
+        if state.get("variances") is None:
+            return
+        means = splats["means"]
+        self._value = state["variances"].to(device=means.device, dtype=means.dtype)
+        self._step = int(state["step"])
+        # Variances of the Gaussians before a densification are recomputed at the next use.
+        self._means = means if state["current"] else None
 
 
 def exported_model(trainer: Any) -> GaussianModel:

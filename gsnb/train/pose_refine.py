@@ -248,6 +248,7 @@ class PoseRefinement:
             "names": list(self.names),
             "params": self.params.detach().to("cpu", copy=True),
             "optimizer": to_cpu(self.optimizer.state_dict()),
+            "learned": self.learned,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -260,4 +261,6 @@ class PoseRefinement:
         with torch.no_grad():
             self.params.copy_(state["params"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.learned = bool(self.params.detach().abs().sum() > 0)
+        # Checkpoints from before "learned" was kept: corrections that are not zero learned.
+        learned = state.get("learned")
+        self.learned = bool(self.params.detach().abs().sum() > 0) if learned is None else learned

@@ -170,7 +170,7 @@ class Trainer(TrainingControl):
             self.model.sh_degree,
         )
         self.train_images = ViewImages(views, self.device, progress, images_on)
-        self.filter3d = Filter3D(views)  # used while config.filter3d is on
+        self.filter3d = Filter3D(views, device=self.device)  # used while config.filter3d is on
         self._test_images: ViewImages | None = None
         self.background = torch.tensor(dataset.background, dtype=torch.float32, device=self.device)
         self.model.background = checked_background(dataset.background)  # saved with it
@@ -742,6 +742,7 @@ class Trainer(TrainingControl):
                 pending_knobs=self.pending_knobs,
                 seconds=self.train_seconds,
                 corrections=self.corrections.state_dict(),
+                filter3d=self.filter3d.state_dict(self.model.splats),
             )
             history = [m for m in self.history if m.step <= self._step]
         with self._save_lock:  # one writer at a time: the newest step ends up newest
@@ -803,6 +804,7 @@ class Trainer(TrainingControl):
         state.check_views(self.train_images.views)
         state.restore_optimizer(self.optimizer)
         state.restore_corrections(self.corrections)
+        state.restore_filter3d(self.filter3d, self.model.splats)
         self.strategy_state = state.strategy_state(self.device)
         self._step = state.step
         self._memory.forget_peak()

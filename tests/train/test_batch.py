@@ -114,12 +114,13 @@ def test_views_of_two_sizes_render_once_per_size(make_scene, tmp_path) -> None:
 
 
 def test_batches_refuse_per_view_corrections():
-    """Exposure and pose corrections apply in the one-view step only: a batch refuses them."""
+    """Exposure and pose corrections apply in the one-view step only: a batch refuses them,
+    and test views' halves (a batch would train on their whole images)."""
     import pytest
 
     from gsnb.train import TrainConfig
 
-    for option in ("exposure", "pose_refine"):
+    for option in ("exposure", "pose_refine", "train_test_exp"):
         with pytest.raises(ValueError, match="batch_size 1"):
             TrainConfig(batch_size=2, **{option: True})
     TrainConfig(batch_size=1, exposure=True, pose_refine=True)

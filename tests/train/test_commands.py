@@ -136,3 +136,16 @@ def test_no_checkpoint_written_is_said_and_no_command_offered(tmp_path: Path) ->
     trainer = Trainer(load_dataset(data), TrainConfig(steps=5, device="cpu"))
     text = interrupted_text("gsnb train", trainer, lambda p: ["gsnb", "train", str(p)])
     assert "wrote no checkpoint" in text and "continue with" not in text
+
+
+def test_summary_says_which_pixels_the_test_metrics_measured(tmp_path: Path, capsys) -> None:
+    # With exposure the test views are measured on their right halves: a number that is not
+    # comparable with a run's on whole images, so the summary names the protocol.
+    data = make_synthetic_scene(tmp_path / "scene", num_views=9, size=16, num_points=100)
+    common = [str(data), "--no-progress", "--device", "cpu", "--steps", "2"]
+    for option, protocol in (("--no-exposure", "full images"), ("--exposure", "right halves")):
+        out = tmp_path / option
+        assert main(["train", *common, "--out", str(out), option]) == 0
+        assert json.loads((out / "summary.json").read_text())["test"]["protocol"] == protocol
+        text = capsys.readouterr().out
+        assert ("right halves" in text) == (protocol == "right halves"), text

@@ -116,3 +116,20 @@ def test_options_and_knobs_list_them(capsys) -> None:
     assert control_for(knobs["exposure"]).kind == "checkbox"
     assert control_for(knobs["lr_pose"]).kind == "log_slider"
     assert "train_test_exp" not in knobs  # fixed when the run starts
+
+
+def test_a_resume_keeps_applying_corrections_that_learned_nothing(tmp_path: Path) -> None:
+    # Corrections that took Adam steps stay applied once pose_refine is off, even when the
+    # steps left them at zero (a zero rate): the moved Gaussians differ from the unmoved ones
+    # by rounding, so a resumed run must move them too.
+    data, truth = scene(tmp_path)
+    config = TrainConfig(steps=20, backend="reference", sh_degree=0, pose_refine=True, lr_pose=0.0)
+    trainer = Trainer(data, config, model=starting_copy(truth, data.background))
+    trainer.run(2)
+    path = trainer.save_checkpoint(tmp_path / "checkpoint.pt")
+    resumed = Trainer.resume_from(path, data)
+    for run in (trainer, resumed):
+        run.set(pose_refine=False)
+        run.run(3)
+    for name, value in trainer.model.splats.items():
+        assert torch.equal(value, resumed.model.splats[name]), name

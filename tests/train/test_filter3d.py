@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -127,3 +128,39 @@ def test_bake_detaches_and_keeps_the_other_parameters() -> None:
     torch.testing.assert_close(baked["scales"][[0, 3]], splats["scales"][[0, 3]].detach())
     assert torch.equal(baked["sh0"], splats["sh0"]) and torch.equal(baked["means"], splats["means"])
     assert (baked["opacities"][1:3] < 0).all()
+
+
+def test_a_resumed_run_filters_with_the_variances_the_run_had(make_scene, tmp_path: Path) -> None:
+    # The variances are recomputed every 100 steps from the means of that step; a resume
+    # between two recomputations must keep the old ones, not compute them afresh.
+    data = make_scene()
+    config = TrainConfig(steps=20, filter3d=True, sh_degree=0, backend="reference")
+    trainer = Trainer(data, config)
+    trainer.run(3)
+    path = trainer.save_checkpoint(tmp_path / "checkpoint.pt")
+    trainer.run(3)
+    resumed = Trainer.resume_from(path, data)
+    resumed.run(3)
+    for name, value in trainer.model.splats.items():
+        assert torch.equal(value, resumed.model.splats[name]), name
+
+
+def test_bake_keeps_saturated_opacities_and_tiny_scales_finite() -> None:
+    # sigmoid(20) rounds to 1 in float32 and exp(-60)^2 to 0: taking the logit and the log of
+    # the filtered values gave inf and NaN. An unfiltered Gaussian keeps its parameters.
+    splats = {
+        "means": torch.zeros(4, 3), "quats": torch.tensor([[1.0, 0, 0, 0]] * 4),
+        "scales": torch.tensor([[-1.0] * 3, [-1.0] * 3, [-60.0] * 3, [-60.0] * 3]),
+        "opacities": torch.tensor([20.0, 20.0, 2.0, 2.0]),
+        "sh0": torch.zeros(4, 1, 3), "shN": torch.zeros(4, 0, 3),
+    }  # fmt: skip
+    variances = torch.tensor([0.0, 1e-9, 0.0, 1e-6])
+    baked = bake_filter3d(splats, variances)
+    assert torch.isfinite(baked["scales"]).all() and torch.isfinite(baked["opacities"]).all()
+    assert torch.equal(baked["scales"][[0, 2]], splats["scales"][[0, 2]])
+    assert torch.equal(baked["opacities"][[0, 2]], splats["opacities"][[0, 2]])
+    assert baked["opacities"][1] == pytest.approx(20.0, abs=0.1)
+    # The tiny Gaussian becomes the filter: its scale sqrt(1e-6), its opacity times 1e-78 / 1e-18.
+    assert baked["scales"][3].tolist() == pytest.approx([0.5 * math.log(1e-6)] * 3, rel=1e-6)
+    want = math.log(torch.sigmoid(torch.tensor(2.0)).item()) + 3 * (-60.0 - 0.5 * math.log(1e-6))
+    assert baked["opacities"][3].item() == pytest.approx(want, rel=1e-5)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gsnb.raster import RenderResult, activate_splats, render_splats
@@ -135,11 +138,18 @@ class GaussianModel(nn.Module):
 
     @classmethod
     def load(
-        cls, path: str | os.PathLike[str], map_location: str | torch.device = "cpu"
+        cls,
+        path: str | os.PathLike[str],
+        map_location: str | torch.device = "cpu",
+        *,
+        filtered: bool = False,
     ) -> GaussianModel:
         """Read the Gaussians of a model checkpoint (:meth:`save`) or a trainer checkpoint.
 
-        The file is read as data only (``weights_only=True``): no code in it runs.
+        The file is read as data only (``weights_only=True``): no code in it runs. With
+        ``filtered``, a run trained with the 3D filter (``filter3d``) comes with the filter
+        baked into its scales and opacities (:func:`bake_filter3d`), as the run rendered
+        it: what an export needs (the parameters as stored are what a resume needs).
 
         Raises:
             FileNotFoundError: ``path`` does not exist.
@@ -175,7 +185,28 @@ class GaussianModel(nn.Module):
             background = checked_background(payload.get("background", (0.0, 0.0, 0.0)))
         except (TypeError, ValueError) as err:
             raise ValueError(f"{path} records a bad background colour: {err}") from err
+        if filtered:
+            splats = _filtered(payload, splats, path)
         return cls(splats, background)
+
+
+def _filtered(payload: Mapping[str, Any], splats: dict[str, Tensor], path: Any) -> dict:
+    """``splats`` with the run's 3D filter baked in, when the checkpoint's run used one."""
+    config = payload.get("config")
+    if not isinstance(config, Mapping) or not config.get("filter3d"):
+        return splats
+    state = payload.get("filter3d")
+    variances = state.get("variances") if isinstance(state, Mapping) else None
+    count = splats["means"].shape[0]
+    if isinstance(variances, Tensor) and state.get("current") and variances.shape == (count,):
+        return bake_filter3d(splats, variances.to(splats["means"]))
+    warnings.warn(
+        f"{path}: the run used the 3D filter (filter3d), but the checkpoint holds no filter "
+        "for its current Gaussians, so they are read without it; the PLY file the run wrote "
+        "has it baked in",
+        stacklevel=3,
+    )
+    return splats
 
 
 def checked_background(colour: Any) -> tuple[float, float, float]:
@@ -202,3 +233,33 @@ def knn_distances(points: Tensor, k: int = 3) -> Tensor:
     dist, _ = cKDTree(pts).query(pts, k=k_eff + 1)
     rms = np.sqrt(np.mean(np.asarray(dist)[:, 1:] ** 2, axis=1))
     return torch.as_tensor(rms, dtype=points.dtype)
+
+
+def bake_filter3d(splats: Mapping[str, Tensor], variances: Tensor) -> dict[str, Tensor]:
+    """Stored parameters (log-scales, opacity logits, ...) with the filter applied, detached:
+    what a PLY file holds so that other viewers draw what gsnb draws.
+
+    Example:
+        >>> import torch
+        >>> splats = {"means": torch.zeros(1, 3), "quats": torch.tensor([[1.0, 0, 0, 0]]),
+        ...     "scales": torch.full((1, 3), -4.0), "opacities": torch.zeros(1),
+        ...     "sh0": torch.zeros(1, 1, 3), "shN": torch.zeros(1, 0, 3)}
+        >>> baked = bake_filter3d(splats, torch.tensor([1e-3]))
+        >>> baked["scales"][0, 0].item() > -4.0, baked["opacities"].item() < 0.0
+        (True, True)
+    """
+    with torch.no_grad():
+        baked = {k: splats[k].detach().clone() for k in SPLAT_KEYS}
+        log_scales, logits = baked["scales"], baked["opacities"]
+        # In log space: the logit of a saturated opacity (sigmoid rounds to 1) and the log of
+        # a tiny scale (its square rounds to 0) stay finite. log(0) = -inf: no filter.
+        log_var = torch.log(variances.detach()).to(log_scales)[:, None]
+        scales = 0.5 * torch.logaddexp(2.0 * log_scales, log_var)
+        log_coef = (log_scales - scales).sum(-1)  # log sqrt(prod(s^2 / (s^2 + v)))
+        # logit(p c) = log(p c) - log(1 - p c), with 1 - p c = (1 - p) + p (1 - c).
+        rest = torch.sigmoid(-logits) - torch.sigmoid(logits) * torch.expm1(log_coef)
+        opacities = F.logsigmoid(logits) + log_coef - torch.log(rest)
+        filtered = variances.detach() > 0  # the others keep their parameters exactly
+        baked["scales"] = torch.where(filtered[:, None], scales, log_scales)
+        baked["opacities"] = torch.where(filtered, opacities, logits)
+    return baked

@@ -94,7 +94,7 @@ def load_scene(path: str | Path, device: str | torch.device | None = None) -> Ga
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if path.suffix.lower() == ".ply":
         return GaussianModel(read_ply(path)).to(device)
-    return GaussianModel.load(path, map_location=device)
+    return GaussianModel.load(path, map_location=device, filtered=True)
 
 
 def parse_size(text: str) -> tuple[int, int]:

@@ -39,11 +39,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from gsnb.model import GaussianModel
-from gsnb.raster.api import SPLAT_KEYS
+from gsnb.model import GaussianModel, bake_filter3d
 
 FILTER_VARIANCE = 0.2
 """Mip-Splatting's 3D filter variance in units of the squared pixel footprint (its
@@ -110,36 +108,6 @@ def apply_filter3d(scales: Tensor, opacities: Tensor, variances: Tensor) -> tupl
     widened = s2 + variances.detach()[:, None]
     # The product of ratios in [0, 1] neither overflows nor underflows early.
     return torch.sqrt(widened), opacities * torch.sqrt(torch.prod(s2 / widened, dim=-1))
-
-
-def bake_filter3d(splats: Mapping[str, Tensor], variances: Tensor) -> dict[str, Tensor]:
-    """Stored parameters (log-scales, opacity logits, ...) with the filter applied, detached:
-    what a PLY file holds so that other viewers draw what gsnb draws.
-
-    Example:
-        >>> import torch
-        >>> splats = {"means": torch.zeros(1, 3), "quats": torch.tensor([[1.0, 0, 0, 0]]),
-        ...     "scales": torch.full((1, 3), -4.0), "opacities": torch.zeros(1),
-        ...     "sh0": torch.zeros(1, 1, 3), "shN": torch.zeros(1, 0, 3)}
-        >>> baked = bake_filter3d(splats, torch.tensor([1e-3]))
-        >>> baked["scales"][0, 0].item() > -4.0, baked["opacities"].item() < 0.0
-        (True, True)
-    """
-    with torch.no_grad():
-        baked = {k: splats[k].detach().clone() for k in SPLAT_KEYS}
-        log_scales, logits = baked["scales"], baked["opacities"]
-        # In log space: the logit of a saturated opacity (sigmoid rounds to 1) and the log of
-        # a tiny scale (its square rounds to 0) stay finite. log(0) = -inf: no filter.
-        log_var = torch.log(variances.detach()).to(log_scales)[:, None]
-        scales = 0.5 * torch.logaddexp(2.0 * log_scales, log_var)
-        log_coef = (log_scales - scales).sum(-1)  # log sqrt(prod(s^2 / (s^2 + v)))
-        # logit(p c) = log(p c) - log(1 - p c), with 1 - p c = (1 - p) + p (1 - c).
-        rest = torch.sigmoid(-logits) - torch.sigmoid(logits) * torch.expm1(log_coef)
-        opacities = F.logsigmoid(logits) + log_coef - torch.log(rest)
-        filtered = variances.detach() > 0  # the others keep their parameters exactly
-        baked["scales"] = torch.where(filtered[:, None], scales, log_scales)
-        baked["opacities"] = torch.where(filtered, opacities, logits)
-    return baked
 
 
 class Filter3D:

@@ -164,3 +164,42 @@ def test_bake_keeps_saturated_opacities_and_tiny_scales_finite() -> None:
     assert baked["scales"][3].tolist() == pytest.approx([0.5 * math.log(1e-6)] * 3, rel=1e-6)
     want = math.log(torch.sigmoid(torch.tensor(2.0)).item()) + 3 * (-60.0 - 0.5 * math.log(1e-6))
     assert baked["opacities"][3].item() == pytest.approx(want, rel=1e-5)
+
+
+def test_gsnb_export_of_a_filtered_run_bakes_the_filter(make_scene, tmp_path: Path) -> None:
+    """``gsnb export`` / ``gsnb video`` read a filter3d run's checkpoint as the run rendered it."""
+    import argparse
+
+    from gsnb.export.commands import export, load_scene
+
+    data = make_scene()
+    trainer = Trainer(data, TrainConfig(steps=20, sh_degree=0, filter3d=True, backend="reference"))
+    trainer.run(4)
+    trainer.render_view(data.train[0])  # the filter in use is the one of the current Gaussians
+    path = trainer.save_checkpoint(tmp_path / "checkpoint.pt")
+    expected = exported_model(trainer).splats
+    loaded = load_scene(path, "cpu").splats
+    for name, value in expected.items():
+        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0, msg=name)
+    assert not torch.equal(loaded["scales"], trainer.model.splats["scales"].detach())
+    assert export(argparse.Namespace(checkpoint=str(path), ply=str(tmp_path / "m.ply"))) == 0
+    torch.testing.assert_close(read_ply(tmp_path / "m.ply")["opacities"], expected["opacities"])
+    # Resuming reads the parameters as stored, not the baked ones.
+    resumed = Trainer.resume_from(path, data)
+    assert torch.equal(resumed.model.splats["scales"], trainer.model.splats["scales"])
+
+
+def test_a_checkpoint_without_a_current_filter_is_read_unfiltered_with_a_warning(
+    make_scene, tmp_path: Path
+) -> None:
+    from gsnb.export.commands import load_scene
+
+    data = make_scene()
+    trainer = Trainer(data, TrainConfig(steps=20, sh_degree=0, filter3d=True, backend="reference"))
+    trainer.run(2)
+    payload = torch.load(trainer.save_checkpoint(tmp_path / "c.pt"), weights_only=True)
+    payload["filter3d"] = {}
+    torch.save(payload, tmp_path / "stale.pt")
+    with pytest.warns(UserWarning, match="no filter for its current Gaussians"):
+        loaded = load_scene(tmp_path / "stale.pt", "cpu")
+    assert torch.equal(loaded.splats["scales"], trainer.model.splats["scales"].detach())

@@ -224,6 +224,7 @@ class DistributedTrainer(Trainer):
         self, *args: Any, process_group: TorchProcessGroup | None = None, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
+        _refuse_per_view_corrections(self.config.to_dict())
         group = process_group if process_group is not None else _joined_group(self.device)
         batch.check_batch(self.config.batch_size, group.world_size)
         self.process_group = group
@@ -392,6 +393,7 @@ class DistributedTrainer(Trainer):
         merged = self.pending_knobs | knobs
         in_config = {k: v for k, v in merged.items() if hasattr(self.config, k)}
         in_strategy = {k: v for k, v in merged.items() if k not in in_config}
+        _refuse_per_view_corrections(dataclasses.asdict(self.config) | in_config)
         dataclasses.replace(self.config, **in_config)  # raises on knobs that contradict
         dataclasses.replace(self.strategy, **in_strategy)
 
@@ -610,3 +612,18 @@ def last_checkpoint_text(out: Path) -> str | None:
         return None
     step = int(kept[-1].stem.split("_")[-1])
     return f"checkpoint {newest} holds step {step}"
+
+
+def _refuse_per_view_corrections(settings: dict[str, Any]) -> None:
+    """Exposure, pose refinement and the test halves correct one view at a time, in the
+    one-process step only: a data-parallel run (even of one process) refuses them.
+
+    Example:
+        >>> _refuse_per_view_corrections({"exposure": False, "pose_refine": False})
+    """
+    used = [k for k in ("exposure", "pose_refine", "train_test_exp") if settings.get(k)]
+    if used:
+        raise ValueError(
+            f"{', '.join(used)} correct one view per step: train without --nproc / torchrun "
+            "to use them"
+        )

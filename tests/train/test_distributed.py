@@ -204,3 +204,27 @@ def test_workers_that_cannot_run_are_refused_before_any_starts(
     err = capsys.readouterr().err.strip()
     assert err.startswith("gsnb train: error: ") and message in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_one_process_group_refuses_per_view_corrections(make_scene, monkeypatch) -> None:
+    """Under torchrun even one process takes the data-parallel step, which has no per-view
+    corrections: exposure and pose refinement are refused, at the start and as knobs."""
+    from gsnb.train import distributed
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    data = make_scene()
+    distributed.init_process_group("cpu", timeout_s=30)
+    try:
+        with pytest.raises(ValueError, match="exposure.* correct one view per step"):
+            distributed.DistributedTrainer(data, TrainConfig(exposure=True))
+        trainer = distributed.DistributedTrainer(data, TrainConfig(steps=3))
+        with pytest.raises(ValueError, match="pose_refine correct one view per step"):
+            trainer.set(pose_refine=True)
+        trainer.set(lr_scales=1e-3)
+        trainer.leave_group()
+    finally:
+        distributed.destroy_process_group()

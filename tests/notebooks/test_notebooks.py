@@ -327,5 +327,6 @@ def test_06_quality_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert sum(after) < 0.5 * sum(before), (before, after)
     rotation_before = sum(pose["rotation_before_deg"][i] for i in moved)
     assert sum(pose["rotation_after_deg"][i] for i in moved) < rotation_before
+    assert pose["moved_rotation_deg"]["after"] < pose["moved_rotation_deg"]["before"]
     assert results["pose_on"]["train_psnr"] > results["pose_off"]["train_psnr"] + 1.0
     assert "mean colour error" in text_of(notebook)

@@ -1,12 +1,13 @@
-"""Run the five tutorial notebooks top to bottom with their full settings (for a GPU machine).
+"""Run the six tutorial notebooks top to bottom with their full settings (for a GPU machine).
 
     python notebooks/run_full.py --out runs/notebooks
 
 Each notebook runs with papermill in a fresh kernel of this Python interpreter, from the
 ``notebooks/`` folder; its executed copy (outputs included) is written to ``OUT/<name>.ipynb``
-and the files it makes (pictures, checkpoint, PLY, video) to ``OUT/<name>/``. Notebook 04
-exports notebook 03's trained fox when that ran. ``timings.json`` records each notebook's
-wall time. Without a GPU it stops, unless ``--allow-cpu`` runs the notebooks' CPU settings.
+and the files it makes (pictures, checkpoint, PLY, video) to ``OUT/<name>/``. Notebooks 03
+and 06 train the fox given by ``--fox``; 04 exports 03's trained fox when that ran.
+``timings.json`` records each notebook's wall time. Without a GPU it stops, unless
+``--allow-cpu`` runs the notebooks' CPU settings.
 
 Besides gsnb and its dependencies (``pip install -e ".[viewer]"``) it needs papermill and
 ipykernel (both in the ``dev`` extra). The tests (``tests/notebooks``) run the same function,
@@ -34,6 +35,7 @@ NOTEBOOKS = (
     "03_train_a_scene",
     "04_export",
     "05_your_own_capture",
+    "06_quality_options",
 )
 FOX = NOTEBOOK_DIR.parent.parent / "shared" / "data" / "fox"
 KERNEL_NAME = "gsnb-tutorial-python"
@@ -114,7 +116,7 @@ def full_parameters(name: str, out_dir: Path, fox: Path) -> dict[str, Any]:
         {'out_dir': '/runs/02_render_gaussians'}
     """
     parameters: dict[str, Any] = {"out_dir": str(out_dir / name)}
-    if name == "03_train_a_scene":
+    if name in ("03_train_a_scene", "06_quality_options"):
         parameters["data"] = str(fox)
     checkpoint = out_dir / "03_train_a_scene" / "checkpoint.pt"
     if name == "04_export" and checkpoint.is_file():

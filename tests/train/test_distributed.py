@@ -219,7 +219,7 @@ def test_a_one_process_group_refuses_per_view_corrections(make_scene, monkeypatc
     data = make_scene()
     distributed.init_process_group("cpu", timeout_s=30)
     try:
-        with pytest.raises(ValueError, match="exposure.* correct one view per step"):
+        with pytest.raises(ValueError, match=r"exposure.* correct one view per step"):
             distributed.DistributedTrainer(data, TrainConfig(exposure=True))
         trainer = distributed.DistributedTrainer(data, TrainConfig(steps=3))
         with pytest.raises(ValueError, match="pose_refine correct one view per step"):

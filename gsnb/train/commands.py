@@ -118,9 +118,9 @@ def train(args: argparse.Namespace) -> int:
     With ``--nproc N`` it starts N data-parallel workers (see :mod:`gsnb.train.distributed`);
     started by ``torchrun`` (``RANK``/``WORLD_SIZE`` set), it is one of them.
     """
-    from gsnb.train import distributed
+    from gsnb.train import process_group
 
-    world = distributed.world_from_env()
+    world = process_group.world_from_env()
     if world is not None and world.world_size > 1:
         return train_worker(args)
     if getattr(args, "nproc", 1) > 1:
@@ -162,22 +162,22 @@ def train(args: argparse.Namespace) -> int:
 
 def _launch_workers(args: argparse.Namespace) -> int:
     """``gsnb train --nproc N``: hold the run folder, start the workers, report a dead one."""
-    from gsnb.train import distributed
+    from gsnb.train import launcher
 
     out = Path(args.out)
     folder = RunFolder(out)
     try:
         batch = None if args.resume else (args.batch_size or 1)  # a resume: the checkpoint's
-        distributed.check_workers(args.nproc, args.device or "auto", batch)
+        launcher.check_workers(args.nproc, args.device or "auto", batch)
         claim_folder(folder, args, "gsnb train")
     except (OSError, ValueError, RuntimeError) as err:
         print(f"gsnb train: error: {err}", file=sys.stderr)
         return 1
     code = 1
     try:
-        code = distributed.launch(_worker_entry, (args,), args.nproc)
-    except distributed.WorkerFailed as err:
-        saved = distributed.last_checkpoint_text(out)
+        code = launcher.launch(_worker_entry, (args,), args.nproc)
+    except launcher.WorkerFailed as err:
+        saved = launcher.last_checkpoint_text(out)
         if saved is None:
             tail = "; no checkpoint was written, so the run cannot be continued"
         else:
@@ -208,17 +208,17 @@ def train_worker(args: argparse.Namespace, folder_claimed: bool = False) -> int:
     process 0 prints, and holds the run folder unless the launcher does
     (``folder_claimed``). Returns the exit code.
     """
-    from gsnb.train import distributed
+    from gsnb.train import process_group
 
-    group = distributed.init_process_group(args.device or "auto")
+    group = process_group.init_process_group(args.device or "auto")
     try:
         return _train_in_group(args, group, folder_claimed)
-    except distributed.PeerLost as err:
+    except process_group.PeerLost as err:
         if not folder_claimed:  # under torchrun: say why; gsnb's launcher names the worker
             print(f"gsnb train: worker {group.rank}: error: {err}", file=sys.stderr)
         return 1
     finally:
-        distributed.destroy_process_group()
+        process_group.destroy_process_group()
 
 
 def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) -> int:

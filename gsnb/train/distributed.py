@@ -14,9 +14,9 @@ the whole run's state, the strategy's sums included, so that they resume with an
 number of processes (``batch_size`` must split evenly over them).
 
 Processes are started by torch.distributed's elastic launcher: ``gsnb train DATA
---nproc N`` calls :func:`launch`, and ``torchrun --nproc-per-node N -m gsnb.cli train
-DATA ...`` runs the same code (it reads ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``).
-NCCL connects the processes on CUDA, gloo on the CPU.
+--nproc N`` calls :func:`gsnb.train.launcher.launch`, and ``torchrun --nproc-per-node N
+-m gsnb.cli train DATA ...`` runs the same code (it reads ``RANK``, ``WORLD_SIZE`` and
+``LOCAL_RANK``). NCCL connects the processes on CUDA, gloo on the CPU.
 
 Stopping: Ctrl-C reaches every worker (the launcher leaves the first one to them); they
 agree at the end of a step to stop after it, write a checkpoint and exit with 130. A
@@ -34,25 +34,21 @@ What differs from one process: ``save_checkpoint`` must be called by every proce
 the same step (the training loop does so), and ``eval_every`` evaluates in every process
 (the same numbers; process 0 reports them).
 
+The processes and their collectives: :mod:`gsnb.train.process_group`; starting them:
+:mod:`gsnb.train.launcher`.
+
 Example:
-    >>> import os
-    >>> world_from_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
-    WorldEnv(rank=1, world_size=2, local_rank=1)
-    >>> world_from_env({}) is None
-    True
+    >>> from gsnb.train.distributed import DistributedTrainer
+    >>> DistributedTrainer.__mro__[1].__name__
+    'Trainer'
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
-import signal
 import time
-import uuid
 import warnings
-from collections.abc import Callable, Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +57,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gsnb.train import batch
-from gsnb.train import checkpoint as ckpt
 from gsnb.train.checkpoint import TrainingState
 from gsnb.train.knobs import check_value
+from gsnb.train.process_group import TorchProcessGroup, collective
 from gsnb.train.remote import ControlLink
 from gsnb.train.trainer import Trainer
 
@@ -71,138 +67,6 @@ PAUSE_SECONDS = 0.1
 """How often paused processes agree whether to go on."""
 RUNNING_SUMS = ("grad2d", "count")
 """Strategy-state tensors that are per-process sums of what each process saw (per Gaussian)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class WorldEnv:
-    """This process's place among the workers, as the launcher's environment states it."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-
-
-def world_from_env(environ: Mapping[str, str] | None = None) -> WorldEnv | None:
-    """The ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` the launcher (or ``torchrun``) set; None
-    when this process was not started by one. See the module example."""
-    env = os.environ if environ is None else environ
-    if "RANK" not in env or "WORLD_SIZE" not in env:
-        return None
-    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
-    return WorldEnv(rank, world, int(env.get("LOCAL_RANK", rank)))
-
-
-class PeerLost(BaseException):
-    """A collective failed: another worker died or left. This worker must stop too.
-
-    A ``BaseException``, like ``KeyboardInterrupt``: no step or densification handler may
-    take it for a recoverable error (and roll back to go on alone); the launcher reports
-    which worker failed first.
-    """
-
-
-def _collective(run: Callable[[], Any]) -> Any:
-    try:
-        return run()
-    except (dist.DistError, RuntimeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise PeerLost(f"the connection to another worker broke ({first})") from err
-
-
-class TorchProcessGroup:
-    """The default :mod:`torch.distributed` process group as a :class:`batch.ProcessGroup`.
-
-    Args:
-        device: where collectives run: a CUDA device for NCCL, the CPU for gloo.
-
-    Example (two processes started by a launcher):
-        >>> group = init_process_group("cpu")  # doctest: +SKIP
-        >>> group.rank, group.world_size  # doctest: +SKIP
-        (0, 2)
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
-        self.device = torch.device(device)
-
-    def average(self, params: list[Tensor], terms: Tensor) -> Tensor:
-        """Average every gradient of ``params`` and ``terms [K]`` in one all_reduce.
-
-        The parameters without a gradient are the same in every process (the same
-        graph), so the flattened buffers line up. Returns the averaged ``terms``.
-        """
-        grads = [p.grad for p in params if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads] + [terms.to(grads[0].dtype)])
-        _collective(lambda: dist.all_reduce(flat))
-        flat.div_(self.world_size)
-        start = 0
-        for g in grads:
-            g.copy_(flat[start : start + g.numel()].view_as(g))
-            start += g.numel()
-        return flat[start:].to(terms.dtype)
-
-    def sum_(self, *tensors: Tensor) -> None:
-        """Sum ``tensors`` over the processes, in place, in one all_reduce."""
-        flat = torch.cat([t.reshape(-1) for t in tensors])
-        _collective(lambda: dist.all_reduce(flat))
-        start = 0
-        for t in tensors:
-            t.copy_(flat[start : start + t.numel()].view_as(t))
-            start += t.numel()
-
-    def any(self, *flags: bool) -> list[bool]:
-        """Each flag, true when it is true in any process."""
-        values = torch.tensor([float(f) for f in flags], device=self.device)
-        _collective(lambda: dist.all_reduce(values))
-        return [v > 0 for v in values.tolist()]
-
-    def from_rank0(self, value: Any) -> Any:
-        """Process 0's ``value`` (any picklable object), in every process; a barrier too."""
-        box = [value]
-        _collective(lambda: dist.broadcast_object_list(box, src=0))
-        return box[0]
-
-
-def init_process_group(device: str, timeout_s: float = 1800.0) -> TorchProcessGroup:
-    """Join the launcher's workers: NCCL on this process's GPU, or gloo on the CPU.
-
-    ``device`` is the run's ``TrainConfig.device`` (``"auto"``, ``"cuda"``, ``"cpu"``).
-    With CUDA, ``LOCAL_RANK`` picks the GPU, which becomes the current device, so that
-    the run's ``"cuda"`` tensors land on it.
-    """
-    world = world_from_env()
-    if world is None:
-        raise RuntimeError(
-            "no RANK/WORLD_SIZE in the environment: start the workers with "
-            "`gsnb train --nproc N` or torchrun"
-        )
-    on_cuda = device != "cpu" and torch.cuda.is_available()
-    if on_cuda:
-        if world.local_rank >= torch.cuda.device_count():
-            raise RuntimeError(
-                f"worker {world.local_rank} of this machine has no GPU "
-                f"({torch.cuda.device_count()} visible); start at most that many processes"
-            )
-        torch.cuda.set_device(world.local_rank)
-        comm = torch.device("cuda", world.local_rank)
-    else:
-        comm = torch.device("cpu")
-        # Workers on one machine share its cores rather than each taking them all.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world.world_size)))
-    if not dist.is_initialized():
-        dist.init_process_group(
-            "nccl" if on_cuda else "gloo",
-            timeout=timedelta(seconds=timeout_s),
-            **({"device_id": comm} if on_cuda else {}),
-        )
-    return TorchProcessGroup(comm)
-
-
-def destroy_process_group() -> None:
-    """Leave the workers (when joined)."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 class DistributedTrainer(Trainer):
@@ -261,7 +125,7 @@ class DistributedTrainer(Trainer):
         on_cuda = self.device.type == "cuda"
         peak = torch.cuda.max_memory_allocated() if on_cuda else None
         peaks: list[Any] = [None] * self._group.world_size
-        _collective(lambda: dist.all_gather_object(peaks, peak))
+        collective(lambda: dist.all_gather_object(peaks, peak))
         self.process_peaks: list[int | None] = peaks
         self.process_group = None
 
@@ -491,127 +355,6 @@ def _joined_group(device: torch.device) -> TorchProcessGroup:
             "first (gsnb train --nproc N does)"
         )
     return TorchProcessGroup(device if dist.get_backend() == "nccl" else torch.device("cpu"))
-
-
-# ------------------------------------------------------------------ launching
-def check_workers(nproc: int, device: str, batch_size: int | None) -> None:
-    """Refuse, before starting anything, ``nproc`` workers that cannot run.
-
-    ``batch_size`` None (a resumed run) takes the checkpoint's, checked by the workers.
-
-    Example:
-        >>> check_workers(2, "cpu", 3)
-        Traceback (most recent call last):
-        ...
-        ValueError: batch_size 3 does not split evenly over 2 processes; use a multiple of 2
-    """
-    if batch_size is not None:
-        batch.check_batch(batch_size, nproc)
-    gpus = torch.cuda.device_count() if device != "cpu" else 0
-    if (device == "cuda" and gpus < nproc) or (device == "auto" and 0 < gpus < nproc):
-        raise ValueError(
-            f"--nproc {nproc} needs {nproc} GPUs, {gpus} visible; use --nproc {max(gpus, 1)} "
-            "(or --device cpu for gloo on the CPU)"
-        )
-
-
-class WorkerFailed(RuntimeError):
-    """A worker process died or failed; the launcher stopped the others."""
-
-
-def launch(
-    entry: Callable[..., int],
-    args: tuple[Any, ...],
-    nproc: int,
-    monitor_interval: float = 0.5,
-) -> int:
-    """Run ``entry(*args)`` in ``nproc`` worker processes on this machine; the worst exit code.
-
-    Uses torch's elastic launcher (the engine of ``torchrun --standalone``): a local
-    rendezvous on a free port, no restarts. When a worker dies or fails, the launcher
-    stops the others and this raises :class:`WorkerFailed` with a one-line reason.
-    ``entry`` must be importable (a module-level function): workers are spawned.
-
-    Example:
-        >>> launch(os.getpid.__call__, (), 1)  # doctest: +SKIP
-    """
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    if nproc < 1:
-        raise ValueError(f"--nproc must be at least 1, got {nproc}")
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=nproc,
-        run_id=str(uuid.uuid4()),
-        rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",
-        max_restarts=0,
-        monitor_interval=monitor_interval,
-        start_method="spawn",
-        # Ctrl-C reaches the workers too, which stop after the same step and save; the
-        # agent would kill them at once.
-        signals_to_handle="SIGTERM,SIGHUP,SIGQUIT",
-    )
-    # The agent's log lines would bury the one-line reason.
-    loggers = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    presses = []
-
-    def on_interrupt(signum: int, frame: Any) -> None:
-        presses.append(signum)
-        if len(presses) > 1:  # a second Ctrl-C: stop the workers now
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, on_interrupt)
-    try:
-        results = elastic_launch(config, entry)(*args)
-    except KeyboardInterrupt as err:
-        raise WorkerFailed("interrupted twice; the workers were stopped at once") from err
-    except ChildFailedError as err:
-        raise WorkerFailed(failure_text(err, nproc)) from err
-    except SignalException as err:  # the launcher itself was told to stop (Ctrl-C, kill)
-        name = signal.Signals(err.sigval).name
-        raise WorkerFailed(f"stopped by {name}; the workers were stopped with it") from err
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
-    return max(int(code or 0) for code in results.values())
-
-
-def failure_text(err: Any, nproc: int) -> str:
-    """One line saying which worker failed first, and how (exit code or signal)."""
-    rank, failure = err.get_first_failure()
-    code = failure.exitcode
-    if code is not None and code < 0:
-        try:
-            how = f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            how = f"was killed by signal {-code}"
-    else:
-        how = f"exited with code {code}"
-    return f"worker {rank} of {nproc} (pid {failure.pid}) {how}; the other workers were stopped"
-
-
-def last_checkpoint_text(out: Path) -> str | None:
-    """``"checkpoint OUT/checkpoint.pt holds step N"`` for a run folder, or None without one.
-
-    Example:
-        >>> import tempfile
-        >>> last_checkpoint_text(Path(tempfile.mkdtemp())) is None
-        True
-    """
-    kept = ckpt.history(out)
-    newest = out / ckpt.NEWEST_NAME
-    if not kept or not newest.is_file():
-        return None
-    step = int(kept[-1].stem.split("_")[-1])
-    return f"checkpoint {newest} holds step {step}"
 
 
 def _refuse_per_view_corrections(settings: dict[str, Any]) -> None:

@@ -60,9 +60,9 @@ def _gpu_worker(rank: int, port: int, data, out: str) -> None:
         RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )  # fmt: skip
-    from gsnb.train import distributed
+    from gsnb.train import distributed, process_group
 
-    distributed.init_process_group("cuda", timeout_s=120)
+    process_group.init_process_group("cuda", timeout_s=120)
     config = TrainConfig(batch_size=2, **BASE)
     trainer = distributed.DistributedTrainer(data, config, strategy=no_densify())
     trainer.run()
@@ -70,7 +70,7 @@ def _gpu_worker(rank: int, port: int, data, out: str) -> None:
     if rank == 0:
         state = {k: v.detach().cpu() for k, v in trainer.model.splats.items()}
         torch.save({"splats": state, "peaks": trainer.process_peaks}, Path(out) / "end.pt")
-    distributed.destroy_process_group()
+    process_group.destroy_process_group()
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")

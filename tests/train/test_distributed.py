@@ -51,9 +51,9 @@ def _worker(rank: int, world: int, port: int, data, out: str) -> None:
         RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )  # fmt: skip
-    from gsnb.train import distributed
+    from gsnb.train import distributed, process_group
 
-    distributed.init_process_group("cpu", timeout_s=60)
+    process_group.init_process_group("cpu", timeout_s=60)
     torch.set_num_threads(1)
     trainer = distributed.DistributedTrainer(data, TrainConfig(**CONFIG), strategy=schedule())
     trainer.run(steps=SAVE_AT)
@@ -62,7 +62,7 @@ def _worker(rank: int, world: int, port: int, data, out: str) -> None:
     trainer.leave_group()
     if rank == 0:
         torch.save({k: v.detach() for k, v in trainer.model.splats.items()}, Path(out) / "end.pt")
-    distributed.destroy_process_group()
+    process_group.destroy_process_group()
 
 
 def _join(context, seconds: float) -> None:
@@ -209,7 +209,7 @@ def test_workers_that_cannot_run_are_refused_before_any_starts(
 def test_a_one_process_group_refuses_per_view_corrections(make_scene, monkeypatch) -> None:
     """Under torchrun even one process takes the data-parallel step, which has no per-view
     corrections: exposure and pose refinement are refused, at the start and as knobs."""
-    from gsnb.train import distributed
+    from gsnb.train import distributed, process_group
 
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
@@ -217,7 +217,7 @@ def test_a_one_process_group_refuses_per_view_corrections(make_scene, monkeypatc
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(_free_port()))
     data = make_scene()
-    distributed.init_process_group("cpu", timeout_s=30)
+    process_group.init_process_group("cpu", timeout_s=30)
     try:
         with pytest.raises(ValueError, match=r"exposure.* correct one view per step"):
             distributed.DistributedTrainer(data, TrainConfig(exposure=True))
@@ -227,4 +227,4 @@ def test_a_one_process_group_refuses_per_view_corrections(make_scene, monkeypatc
         trainer.set(lr_scales=1e-3)
         trainer.leave_group()
     finally:
-        distributed.destroy_process_group()
+        process_group.destroy_process_group()

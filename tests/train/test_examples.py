@@ -26,6 +26,8 @@ MODULES = [
     "gsnb.train.control",
     "gsnb.train.corrections",
     "gsnb.train.distributed",
+    "gsnb.train.launcher",
+    "gsnb.train.process_group",
     "gsnb.train.evaluation",
     "gsnb.train.filter3d",
     "gsnb.train.exposure",

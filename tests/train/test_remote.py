@@ -34,9 +34,9 @@ def _worker(rank: int, port: int, address: str, data, out: str, config: dict) ->
         RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port), **{CONTROL_ENV: address},
     )  # fmt: skip
-    from gsnb.train import distributed
+    from gsnb.train import distributed, process_group
 
-    distributed.init_process_group(config["device"], timeout_s=60)
+    process_group.init_process_group(config["device"], timeout_s=60)
     torch.set_num_threads(1)
     trainer = distributed.DistributedTrainer(data, TrainConfig(**config))
     seen: list[tuple[int, float, float]] = []  # step, ssim_lambda it used, wall time
@@ -44,7 +44,7 @@ def _worker(rank: int, port: int, address: str, data, out: str, config: dict) ->
     with contextlib.suppress(KeyboardInterrupt):  # the test stops the run with Ctrl-C
         trainer.run()
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(seen))
-    distributed.destroy_process_group()
+    process_group.destroy_process_group()
 
 
 def _wait(what, seconds: float, control: RunControl, context) -> dict:

@@ -37,7 +37,6 @@ import argparse
 import datetime
 import json
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,7 +47,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, environment, write_json
+from common import environment, git_commit, write_json
 
 import gsnb
 from gsnb.data.dataset import SceneDataset, View, load_dataset
@@ -89,22 +88,6 @@ def area_downscale(image: torch.Tensor, width: int, height: int) -> torch.Tensor
     """
     nchw = image.permute(2, 0, 1)[None]
     return F.interpolate(nchw, size=(height, width), mode="area")[0].permute(1, 2, 0)
-
-
-def commit() -> str | None:
-    """The repository's commit (with ``-dirty`` when the tree has changes), if git knows it."""
-    try:
-        git = ["git", "-C", str(REPO)]
-        head = subprocess.run(
-            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("-dirty" if dirty else "")
 
 
 def mean_metrics(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Any]:
@@ -192,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "antialias",
         "command": shlex.join([sys.executable, *sys.argv]) if argv is None else shlex.join(argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit(),
+        "commit": git_commit(),
         "gsnb": gsnb.__version__,
         "environment": environment(),
         "data": str(root),

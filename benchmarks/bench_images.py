@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import FOX, REPO, environment, write_json
+from common import FOX, REPO, environment, git_commit, write_json
 
 import gsnb
 from gsnb.cameras import intrinsics, look_at
@@ -173,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
     width, height = (int(v) for v in args.size.split("x"))
     counts = [int(v) for v in args.views.split(",")]
-    payload: dict[str, Any] = {"environment": environment(), "commit": _commit(), "device": device}
+    payload: dict[str, Any] = {
+        "environment": environment(),
+        "commit": git_commit(),
+        "device": device,
+    }
     payload["settings"] = {"views": counts, "size": [width, height], "steps": args.steps}
     payload["views"] = []
     with tempfile.TemporaryDirectory(prefix="gsnb-bench-images-") as tmp:
@@ -213,16 +216,6 @@ def _name(device: str) -> str:
         return "images_cpu_smoke.json"
     gpu = torch.cuda.get_device_properties(0).name.lower()
     return f"images_{'h200' if 'h200' in gpu else gpu.replace(' ', '_')}.json"
-
-
-def _commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 if __name__ == "__main__":

@@ -39,15 +39,7 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, environment, write_json
-
-
-def git_commit() -> str | None:
-    """The repository's commit, or None outside a git checkout."""
-    done = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
-    )
-    return done.stdout.strip() or None
+from common import REPO, environment, git_commit, write_json
 
 
 def gpu_names() -> list[str]:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,7 +42,7 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, environment, write_json
+from common import environment, git_commit, write_json
 
 from gsnb.train import TrainConfig, Trainer
 
@@ -102,17 +101,6 @@ def run_one(name: str, data: Any, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
-def commit() -> str | None:
-    """The checkout's git commit, when it is a git checkout."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="?", default=".device/fox", help="dataset folder")
@@ -147,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     payload: dict[str, Any] = {
         "benchmark": "bench_quality_options",
         "environment": environment(),
-        "commit": args.commit or commit(),
+        "commit": args.commit or git_commit(),
         "command": shlex.join(["python", "benchmarks/bench_quality_options.py", *argv]),
         "data": Path(args.data).name,
         "downscale": args.downscale,

@@ -12,7 +12,6 @@ ratios checked / unchecked, and whether the outputs are bit-identical.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,20 +19,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_raster import random_scene
-from common import REPO, cuda_time_ms, environment, write_json
+from common import cuda_time_ms, environment, git_commit, write_json
 
 import gsnb
 from gsnb import kernels
-
-
-def commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
-        )
-    except OSError:
-        return None
-    return out.stdout.strip() or None
 
 
 def project(s: dict, check: bool, antialiased: bool) -> list[torch.Tensor]:
@@ -95,7 +84,7 @@ def main() -> int:
         print("needs a CUDA device and the built rasterizer (python3 -m gsnb.cli build)")
         return 1
 
-    results = {"environment": environment() | {"commit": commit()}, "scenes": {}}
+    results = {"environment": environment() | {"commit": git_commit()}, "scenes": {}}
     for size in args.sizes.split(","):
         s = random_scene(int(float(size) * 1_000_000))
         name = f"random_{size}M"

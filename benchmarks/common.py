@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,26 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload, indent=2) + "\n")
     tmp.replace(path)
+
+
+def git_commit() -> str | None:
+    """This checkout's commit (``-dirty`` when tracked files have changes), or None outside
+    a git checkout.
+
+    Example:
+        >>> commit = git_commit()
+        >>> commit is None or len(commit.removesuffix("-dirty")) == 40
+        True
+    """
+    git = ["git", "-C", str(REPO)]
+    try:
+        head = subprocess.run(
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("-dirty" if dirty else "")

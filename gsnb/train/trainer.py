@@ -748,9 +748,12 @@ class Trainer(TrainingControl):
         with self._save_lock:  # one writer at a time: the newest step ends up newest
             if path is None:
                 folder = Path(str(self.config.out_dir))
-                written = ckpt.save_with_history(folder, payload, self.config.keep_checkpoints)
-                # The metrics up to this step go with it, so a killed run keeps them too.
+                # The metrics up to this step go first, so that a kill between the two
+                # leaves no checkpoint newer than its metrics (a resume drops metrics
+                # newer than its checkpoint when it next writes them).
+                folder.mkdir(parents=True, exist_ok=True)
                 write_metrics(folder, history, self.leg_start_step)
+                written = ckpt.save_with_history(folder, payload, self.config.keep_checkpoints)
             else:
                 written = ckpt.write_checkpoint(path, payload)
             self.last_checkpoint = (written, payload["step"])

@@ -113,9 +113,36 @@ def launch(
     return max(int(code or 0) for code in results.values())
 
 
+def root_failure(failures: dict[int, Any]) -> tuple[int, Any]:
+    """The worker failure (``rank -> failure`` with ``exitcode``, ``timestamp``) that most
+    likely caused the others: a worker killed by a signal first, then one that exited with
+    an error, then one that aborted (the others abort when a collective loses a peer); the
+    earliest, then the lowest rank, among equals. The launcher notices failures at its
+    monitor ticks, so their times alone often tie.
+
+    Example:
+        >>> from types import SimpleNamespace as F
+        >>> root_failure({0: F(exitcode=-6, timestamp=5), 1: F(exitcode=-9, timestamp=5)})[0]
+        1
+    """
+
+    def order(item: tuple[int, Any]) -> tuple[int, float, int]:
+        rank, failure = item
+        code = failure.exitcode
+        if code is not None and code < 0 and code != -signal.SIGABRT:
+            kind = 0
+        elif code is None or code >= 0:
+            kind = 1
+        else:
+            kind = 2
+        return kind, float(failure.timestamp or 0), rank
+
+    return min(failures.items(), key=order)
+
+
 def failure_text(err: Any, nproc: int) -> str:
     """One line saying which worker failed first, and how (exit code or signal)."""
-    rank, failure = err.get_first_failure()
+    rank, failure = root_failure(err.failures) if err.failures else err.get_first_failure()
     code = failure.exitcode
     if code is not None and code < 0:
         try:

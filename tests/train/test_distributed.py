@@ -228,3 +228,19 @@ def test_a_one_process_group_refuses_per_view_corrections(make_scene, monkeypatc
         trainer.leave_group()
     finally:
         process_group.destroy_process_group()
+
+
+def test_the_failure_named_is_the_worker_that_died_not_the_peers_that_aborted() -> None:
+    """A killed worker makes its peers abort at their next collective; the launcher often
+    notices all of them at one monitor tick. The message names the killed one."""
+    from types import SimpleNamespace
+
+    from gsnb.train.launcher import failure_text
+
+    aborted = SimpleNamespace(exitcode=-signal.SIGABRT, timestamp=100, pid=11)
+    killed = SimpleNamespace(exitcode=-signal.SIGKILL, timestamp=100, pid=12)
+    errored = SimpleNamespace(exitcode=1, timestamp=99, pid=13)
+    text = failure_text(SimpleNamespace(failures={0: aborted, 1: killed}), 2)
+    assert text.startswith("worker 1 of 2 (pid 12) was killed by SIGKILL")
+    text = failure_text(SimpleNamespace(failures={0: aborted, 2: errored}), 3)
+    assert text.startswith("worker 2 of 3 (pid 13) exited with code 1")

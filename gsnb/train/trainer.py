@@ -557,13 +557,29 @@ class Trainer(TrainingControl):
         absgrad: bool,
         view: int | None = None,
     ) -> RenderResult:
-        cfg = self.config
         model = self.corrections.gaussians(self.model, viewmat, view)  # pose refinement
-        variances = self.filter3d.variances(self.model.splats, self._step) if cfg.filter3d else None
+        variances = (
+            self.filter3d.variances(self.model.splats, self._step) if self.config.filter3d else None
+        )
+        return self._draw(model, variances, viewmat, K, width, height, degree, background, absgrad)
+
+    def _draw(
+        self,
+        model: GaussianModel,
+        variances: Tensor | None,
+        viewmat: Tensor,
+        K: Tensor,
+        width: int,
+        height: int,
+        degree: int,
+        background: Tensor,
+        absgrad: bool,
+    ) -> RenderResult:
+        """Render ``model`` (with the 3D filter's ``variances``) in the run's rasterize mode."""
         return render_model(
             model, self.renderer, viewmat, K, width, height,
             sh_degree=degree, background=background, absgrad=absgrad,
-            rasterize_mode=cfg.rasterize_mode, filter3d=variances,
+            rasterize_mode=self.config.rasterize_mode, filter3d=variances,
         )  # fmt: skip
 
     @torch.no_grad()
@@ -607,11 +623,9 @@ class Trainer(TrainingControl):
                 )
             model, variances = self._copy_for(side)
         with torch.cuda.stream(side):
-            return render_model(
-                model, self.renderer, viewmat, K, width, height,
-                sh_degree=degree, background=self.background,
-                rasterize_mode=self.config.rasterize_mode, filter3d=variances,
-            )  # fmt: skip
+            return self._draw(
+                model, variances, viewmat, K, width, height, degree, self.background, False
+            )
 
     def _caller_stream(self) -> torch.cuda.Stream | None:
         """The caller's own CUDA stream when a copy of the Gaussians fits beside training."""

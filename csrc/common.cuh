@@ -5,9 +5,10 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+#include "launch.h"
+
 namespace gsnb {
 
-constexpr int kTile = 16;
 constexpr int kBlock = kTile * kTile;
 constexpr float kLowpass = 0.3f;
 constexpr float kAlphaMax = 0.99f;

@@ -2,13 +2,11 @@
 // for each Gaussian n and camera c where it is visible (both radii > 0),
 //   grad2d[n] += |(v_means2d.x * sx, v_means2d.y * sy)|  and  count[n] += 1,
 // with sx, sy = width / 2 * C, height / 2 * C (the gradient in normalised device units).
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
 
-#include "host.h"
-#include "ops.h"
+#include <cstdint>
+
+#include "launch.h"
 
 namespace gsnb {
 namespace {
@@ -38,29 +36,13 @@ __global__ void accumulate_grad2d_kernel(
 
 }  // namespace
 
-void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double sx, double sy,
-                       at::Tensor& grad2d, at::Tensor& count) {
-  const char* who = "accumulate_grad2d";
-  check_input(grads, grads.device(), who, "grads");
-  TORCH_CHECK(grads.dim() == 3 && grads.size(2) == 2,
-              "accumulate_grad2d: grads must be [C, N, 2], got ", grads.sizes());
-  check_input(radii, grads.device(), who, "radii", at::kInt);
-  TORCH_CHECK(radii.sizes() == grads.sizes(),
-              "accumulate_grad2d: radii must be [C, N, 2] like grads, got ", radii.sizes());
-  const int64_t num_cams = grads.size(0), n = grads.size(1);
-  for (const at::Tensor* t : {&grad2d, &count}) {
-    check_input(*t, grads.device(), who, "a running sum");
-    TORCH_CHECK(t->numel() == n, "accumulate_grad2d: the running sums must be [N] with N = ", n,
-                ", got ", t->sizes());
-  }
-  if (n == 0 || num_cams == 0) return;
-  const at::cuda::CUDAGuard guard(grads.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+void launch_accumulate_grad2d(int64_t num_cams, int64_t n, const float* grads, const int* radii,
+                              double sx, double sy, float* grad2d, float* count,
+                              cudaStream_t stream) {
   accumulate_grad2d_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-      static_cast<int>(num_cams), n, reinterpret_cast<const float2*>(grads.data_ptr<float>()),
-      reinterpret_cast<const int2*>(radii.data_ptr<int>()), static_cast<float>(sx),
-      static_cast<float>(sy), grad2d.data_ptr<float>(), count.data_ptr<float>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+      static_cast<int>(num_cams), n, reinterpret_cast<const float2*>(grads),
+      reinterpret_cast<const int2*>(radii), static_cast<float>(sx), static_cast<float>(sy),
+      grad2d, count);
 }
 
 }  // namespace gsnb

@@ -1,5 +1,8 @@
-// Python bindings of the gsnb rasterizer.
-#include <torch/extension.h>
+// Python bindings of the gsnb rasterizer. pybind.h alone gives the casters of at::Tensor
+// (and, with stl.h, of std::optional and std::vector of them): <torch/extension.h> would add
+// the whole C++ frontend, several times the compile time of everything else here.
+#include <torch/csrc/utils/pybind.h>
+#include <pybind11/stl.h>
 
 #include "ops.h"
 

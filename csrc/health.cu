@@ -4,28 +4,18 @@
 // largest / smallest scale, and the mean opacity; every parameter tensor is scanned for
 // NaN and Inf, and the gradients give their sum of squares (the gradient norm) and their
 // NaN/Inf count. Accumulated in float64: per block, then the blocks in a fixed order.
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 
-#include "host.h"
-#include "ops.h"
+#include "launch.h"
 #include "reduce.cuh"
 
 namespace gsnb {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxTensors = 8;
-
-struct TensorList {
-  const float* ptr[kMaxTensors];
-  int64_t numel[kMaxTensors];
-  int count;
-};
 
 enum Slot {
   kNonFinite,
@@ -39,6 +29,7 @@ enum Slot {
   kGradNonFinite,
   kSlots
 };
+static_assert(kSlots == kHealthSlots, "launch.h counts the slots for the host");
 
 __host__ __device__ constexpr bool is_max_slot(int s) { return s == kTopMax || s == kRatioMax; }
 
@@ -111,54 +102,19 @@ __global__ void health_finish_kernel(const double* __restrict__ block_out, int b
   if (lane == 0) out[s] = v;
 }
 
-// Pointers and sizes of up to kMaxTensors contiguous float32 tensors on `device`.
-TensorList make_list(const std::vector<at::Tensor>& tensors, const at::Device& device,
-                     const char* what) {
-  TORCH_CHECK(static_cast<int64_t>(tensors.size()) <= kMaxTensors, "health_sums: at most ",
-              kMaxTensors, " ", what, " tensors");
-  TensorList list{};
-  list.count = static_cast<int>(tensors.size());
-  for (int t = 0; t < list.count; ++t) {
-    const at::Tensor& p = tensors[t];
-    check_input(p, device, "health_sums", what, at::kFloat, t);
-    list.ptr[t] = p.data_ptr<float>();
-    list.numel[t] = p.numel();
-  }
-  return list;
-}
-
 }  // namespace
 
-at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
-                       const std::vector<at::Tensor>& params,
-                       const std::vector<at::Tensor>& grads) {
-  check_input(scales, scales.device(), "health_sums", "scales");
-  TORCH_CHECK(scales.dim() == 2 && scales.size(1) == 3, "health_sums: scales must be [N, 3], got ",
-              scales.sizes());
-  const int64_t n = scales.size(0);
-  check_input(opacities, scales.device(), "health_sums", "opacities");
-  TORCH_CHECK(opacities.numel() == n, "health_sums: opacities must be [N] with N = ", n, ", got ",
-              opacities.sizes());
-  const at::cuda::CUDAGuard guard(scales.device());
-  const TensorList list = make_list(params, scales.device(), "parameter");
-  const TensorList grad_list = make_list(grads, scales.device(), "gradient");
-  TORCH_CHECK(n > 0, "health_sums: no Gaussians");
-  int64_t most = n;
-  for (const TensorList* l : {&list, &grad_list})
-    for (int t = 0; t < l->count; ++t) most = std::max(most, l->numel[t] / 8);
-  const int blocks = blocks_for(most, kThreads, 512);
-  auto options = scales.options().dtype(at::kDouble);
-  auto block_out = at::empty({blocks, kSlots}, options);
-  auto out = at::empty({kSlots}, options);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  health_kernel<<<blocks, kThreads, 0, stream>>>(scales.data_ptr<float>(),
-                                                 opacities.data_ptr<float>(), n, list, grad_list,
-                                                 block_out.data_ptr<double>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  health_finish_kernel<<<1, 32 * kSlots, 0, stream>>>(block_out.data_ptr<double>(), blocks,
-                                             out.data_ptr<double>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
+int health_blocks(int64_t most) { return blocks_for(most, kThreads, 512); }
+
+void launch_health(int blocks, const float* scales, const float* opacities, int64_t n,
+                   const TensorList& params, const TensorList& grads, double* block_out,
+                   cudaStream_t stream) {
+  health_kernel<<<blocks, kThreads, 0, stream>>>(scales, opacities, n, params, grads, block_out);
+}
+
+void launch_health_finish(const double* block_out, int blocks, double* out,
+                          cudaStream_t stream) {
+  health_finish_kernel<<<1, 32 * kSlots, 0, stream>>>(block_out, blocks, out);
 }
 
 }  // namespace gsnb

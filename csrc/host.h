@@ -1,24 +1,17 @@
-// Host-side helpers of the entry points: launch sizes and the one input check.
+// Host-side helpers of the entry points: the one input check (launch sizes: launch.h).
+// Included after `#define TORCH_ASSERT_ONLY_METHOD_OPERATORS`: the light ATen headers only.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <string>
 
 namespace gsnb {
-
-// ceil(n / d) for n >= 0 and d > 0: the tiles over an image side, the blocks over n items.
-constexpr int64_t div_up(int64_t n, int64_t d) { return (n + d - 1) / d; }
-
-// Blocks of `threads` threads, one thread per item, covering n items; at most `cap` blocks,
-// for kernels that stride over the items past the grid.
-inline int blocks_for(int64_t n, int threads,
-                      int64_t cap = std::numeric_limits<int>::max()) {
-  return static_cast<int>(std::min(div_up(n, threads), cap));
-}
 
 // The name Python gives a dtype in messages (float32, not Float).
 inline std::string dtype_name(at::ScalarType dtype) {

@@ -1,7 +1,7 @@
 // Host entry points of the gsnb rasterizer; bound to Python in ext.cpp.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <optional>
 #include <vector>
@@ -19,7 +19,7 @@ namespace gsnb {
 //    coefficients are coeffs' K followed by rest's KR (3DGS's sh0 and shN).
 //    check_values: also -> problems [1] int32, a bit per kind of bad value found (NaN/Inf in
 //    an input, opacities outside [0, 1], negative scales, focal lengths <= 0; the bits are
-//    projection.cu's Problem), set on the device with no host sync; empty without.
+//    projection_forward.cu's Problem), set on the device with no host sync; empty without.
 //    backgrounds [C,3] (optional) are only checked here (the rasterizer composites them).
 std::vector<at::Tensor> project_forward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,

@@ -10,6 +10,9 @@
 
 namespace gsnb {
 
+// The expected depth is the blended depth over max(alpha, kDepthAlphaMin).
+constexpr float kDepthAlphaMin = 1e-10f;
+
 // The pixel a thread of a rasterize block shades. The grid is (tiles_x, tiles_y, cameras)
 // of 16x16 blocks, one per tile; thread (x, y) shades the tile's pixel in row y, column x.
 struct TilePixel {

@@ -9,32 +9,23 @@
 // an SSIM map: the forward pass sums |x - y|, (x - y)^2 and SSIM per block, a one-block pass
 // finishes loss, L1, SSIM and MSE, and the backward pass adds the L1 and MSE terms to the
 // SSIM gradient, all weighted by the incoming gradients read from device memory.
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+// (The host side: ssim.cpp.)
+#include <cuda_runtime.h>
 
-#include <array>
 #include <cmath>
+#include <cstdint>
 
-#include "host.h"
-#include "ops.h"
+#include "launch.h"
 #include "reduce.cuh"
 
 namespace gsnb {
 namespace {
 
-constexpr int kWin = 11;
-constexpr int kSsimTile = 16;
 constexpr int kSpan = kSsimTile + kWin - 1;  // a tile and its window's reach
 constexpr int kThreads = kSsimTile * kSsimTile;
 
 struct Window {
   float w[kWin];
-};
-
-struct Shape {
-  int H, W, C, Ho, Wo, pad;
 };
 
 __device__ __forceinline__ int64_t at_pixel(int b, int y, int x, int c, int h, int w, int ch) {
@@ -159,15 +150,6 @@ __global__ void photometric_finish_kernel(const float* __restrict__ partials, in
   out[3] = static_cast<float>(total[2] * inv_inputs);
 }
 
-// The incoming gradients of (loss, L1, SSIM, MSE), each nullptr when that output got none.
-struct LossGrads {
-  const float* loss;
-  const float* l1;
-  const float* ssim;
-  const float* mse;
-  float lambda, inv_outputs, inv_inputs;
-};
-
 __device__ __forceinline__ float grad_or_zero(const float* g) { return g != nullptr ? *g : 0.f; }
 
 // v_map [B, Ho, Wo, C] is the SSIM map's gradient; without it (nullptr) the gradients of the
@@ -238,164 +220,30 @@ Window gaussian_window(double sigma) {
   return win;
 }
 
-// t is a contiguous float32 [B, H, W, C] on `device`; `who` names the caller in errors.
-void check_image(const at::Tensor& t, const at::Device& device, const char* who,
-                 const char* name) {
-  check_input(t, device, who, name);
-  TORCH_CHECK(t.dim() == 4, who, ": ", name, " must be [B, H, W, C], got ", t.sizes());
-}
-
-Shape make_shape(const at::Tensor& img, int64_t pad) {
-  Shape s;
-  s.H = static_cast<int>(img.size(1));
-  s.W = static_cast<int>(img.size(2));
-  s.C = static_cast<int>(img.size(3));
-  s.pad = static_cast<int>(pad);
-  s.Ho = s.H + 2 * s.pad - (kWin - 1);
-  s.Wo = s.W + 2 * s.pad - (kWin - 1);
-  TORCH_CHECK(pad >= 0 && pad <= kWin / 2, "ssim: pad must be in [0, ", kWin / 2, "]");
-  TORCH_CHECK(s.Ho > 0 && s.Wo > 0, "ssim: a ", s.H, "x", s.W, " image is smaller than the ",
-              kWin, "x", kWin, " window without padding");
-  return s;
-}
-
-// The checked layout of an image pair; `who` names the caller in errors.
-Shape pair_shape(const at::Tensor& img1, const at::Tensor& img2, int64_t pad, const char* who) {
-  check_image(img1, img1.device(), who, "img1");
-  check_image(img2, img1.device(), who, "img2");
-  TORCH_CHECK(img1.sizes() == img2.sizes(), who, ": images differ in shape: ", img1.sizes(),
-              " and ", img2.sizes());
-  return make_shape(img1, pad);
-}
-
-// The saved maps (and the incoming map gradient) must have the SSIM map's shape.
-void check_maps(std::initializer_list<const at::Tensor*> maps, const at::Tensor& img,
-                const Shape& s, const char* who) {
-  const int64_t batch = img.size(0);
-  for (const at::Tensor* t : maps) {
-    check_image(*t, img.device(), who, "a map");
-    TORCH_CHECK(t->size(0) == batch && t->size(1) == s.Ho && t->size(2) == s.Wo &&
-                    t->size(3) == s.C,
-                who, ": a map has shape ", t->sizes());
-  }
-}
-
-// One thread per output (forward) or per input pixel (backward), a z-slice per image channel.
-dim3 grid_over(int width, int height, int64_t batch, const Shape& s) {
-  return dim3(div_up(width, kSsimTile), div_up(height, kSsimTile),
-              static_cast<unsigned>(batch * s.C));
-}
-
-// The SSIM map and/or the per-block partial sums, and the derivative maps for the backward.
-void launch_forward(const at::Tensor& img1, const at::Tensor& img2, const Shape& s,
-                    const dim3& grid, double sigma, double c1, double c2, float* map,
-                    const std::array<at::Tensor, 3>& d, bool with_grad, float* partials) {
-  ssim_forward_kernel<<<grid, dim3(kSsimTile, kSsimTile), 0, c10::cuda::getCurrentCUDAStream()>>>(
-      img1.data_ptr<float>(), img2.data_ptr<float>(), s, gaussian_window(sigma),
-      static_cast<float>(c1), static_cast<float>(c2), map,
-      with_grad ? d[0].data_ptr<float>() : nullptr, with_grad ? d[1].data_ptr<float>() : nullptr,
-      with_grad ? d[2].data_ptr<float>() : nullptr, partials);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-void launch_backward(const at::Tensor& img1, const at::Tensor& img2, const Shape& s,
-                     double sigma, const float* v_map, const LossGrads& lg, const at::Tensor& d_mu,
-                     const at::Tensor& d_xx, const at::Tensor& d_xy, at::Tensor& v_x) {
-  ssim_backward_kernel<<<grid_over(s.W, s.H, img1.size(0), s), dim3(kSsimTile, kSsimTile), 0,
-                         c10::cuda::getCurrentCUDAStream()>>>(
-      img1.data_ptr<float>(), img2.data_ptr<float>(), v_map, lg, d_mu.data_ptr<float>(),
-      d_xx.data_ptr<float>(), d_xy.data_ptr<float>(), s, gaussian_window(sigma),
-      v_x.data_ptr<float>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-// Derivative maps shaped like the SSIM map, when a backward pass will need them.
-std::array<at::Tensor, 3> derivative_maps(const at::Tensor& img, const Shape& s, bool with_grad) {
-  if (!with_grad) return {};
-  auto opts = img.options();
-  const int64_t B = img.size(0);
-  return {at::empty({B, s.Ho, s.Wo, s.C}, opts), at::empty({B, s.Ho, s.Wo, s.C}, opts),
-          at::empty({B, s.Ho, s.Wo, s.C}, opts)};
-}
-
 }  // namespace
 
-std::vector<at::Tensor> ssim_forward(
-    const at::Tensor& img1, const at::Tensor& img2, int64_t pad, double sigma, double c1,
-    double c2, bool with_grad) {
-  const Shape s = pair_shape(img1, img2, pad, "ssim");
-  const at::cuda::CUDAGuard guard(img1.device());
-  const int64_t B = img1.size(0);
-  auto map = at::empty({B, s.Ho, s.Wo, s.C}, img1.options());
-  const auto d = derivative_maps(img1, s, with_grad);
-  if (map.numel() > 0)
-    launch_forward(img1, img2, s, grid_over(s.Wo, s.Ho, B, s), sigma, c1, c2,
-                   map.data_ptr<float>(), d, with_grad, nullptr);
-  return {map, d[0], d[1], d[2]};
+void launch_ssim_forward(const float* x, const float* y, const Shape& s, const dim3& grid,
+                         double sigma, double c1, double c2, float* map, float* d_mu,
+                         float* d_xx, float* d_xy, float* partials, cudaStream_t stream) {
+  ssim_forward_kernel<<<grid, dim3(kSsimTile, kSsimTile), 0, stream>>>(
+      x, y, s, gaussian_window(sigma), static_cast<float>(c1), static_cast<float>(c2), map, d_mu,
+      d_xx, d_xy, partials);
 }
 
-std::vector<at::Tensor> photometric_forward(
-    const at::Tensor& img1, const at::Tensor& img2, int64_t pad, double sigma, double c1,
-    double c2, double lambda, bool with_grad) {
-  const Shape s = pair_shape(img1, img2, pad, "photometric loss");
-  TORCH_CHECK(img1.numel() > 0, "photometric loss: empty images");
-  const at::cuda::CUDAGuard guard(img1.device());
-  const int64_t B = img1.size(0);
-  const auto d = derivative_maps(img1, s, with_grad);
-  const dim3 grid = grid_over(s.Wo, s.Ho, B, s);
-  const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
-  auto partials = at::empty({blocks, 3}, img1.options());
-  auto stats = at::empty({4}, img1.options());
-  launch_forward(img1, img2, s, grid, sigma, c1, c2, nullptr, d, with_grad,
-                 partials.data_ptr<float>());
-  const double outputs = static_cast<double>(B) * s.Ho * s.Wo * s.C;
-  photometric_finish_kernel<<<1, 96, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      partials.data_ptr<float>(), blocks, 1.0 / outputs, 1.0 / img1.numel(),
-      static_cast<float>(lambda), stats.data_ptr<float>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {stats, d[0], d[1], d[2]};
+void launch_photometric_finish(const float* partials, int64_t blocks, double inv_outputs,
+                               double inv_inputs, double lambda, float* stats,
+                               cudaStream_t stream) {
+  photometric_finish_kernel<<<1, 96, 0, stream>>>(partials, blocks, inv_outputs, inv_inputs,
+                                                  static_cast<float>(lambda), stats);
 }
 
-at::Tensor ssim_backward(
-    const at::Tensor& img1, const at::Tensor& img2, const at::Tensor& v_map,
-    const at::Tensor& d_mu, const at::Tensor& d_xx, const at::Tensor& d_xy, int64_t pad,
-    double sigma) {
-  const Shape s = pair_shape(img1, img2, pad, "ssim_backward");
-  const at::cuda::CUDAGuard guard(img1.device());
-  check_maps({&v_map, &d_mu, &d_xx, &d_xy}, img1, s, "ssim_backward");
-  auto v_x = at::empty_like(img1);
-  if (v_x.numel() > 0)
-    launch_backward(img1, img2, s, sigma, v_map.data_ptr<float>(), LossGrads{}, d_mu, d_xx,
-                    d_xy, v_x);
-  return v_x;
-}
-
-at::Tensor photometric_backward(
-    const at::Tensor& img1, const at::Tensor& img2, const at::Tensor& d_mu,
-    const at::Tensor& d_xx, const at::Tensor& d_xy, int64_t pad, double sigma, double lambda,
-    const std::optional<at::Tensor>& g_loss, const std::optional<at::Tensor>& g_l1,
-    const std::optional<at::Tensor>& g_ssim, const std::optional<at::Tensor>& g_mse) {
-  const Shape s = pair_shape(img1, img2, pad, "photometric_backward");
-  const at::cuda::CUDAGuard guard(img1.device());
-  check_maps({&d_mu, &d_xx, &d_xy}, img1, s, "photometric_backward");
-  auto scalar = [&](const std::optional<at::Tensor>& g) -> const float* {
-    if (!g.has_value() || !g->defined()) return nullptr;
-    check_input(*g, img1.device(), "photometric_backward", "an incoming gradient");
-    TORCH_CHECK(g->numel() == 1,
-                "photometric_backward: an incoming gradient must be a scalar, got ", g->sizes());
-    return g->data_ptr<float>();
-  };
-  const double outputs = static_cast<double>(img1.size(0)) * s.Ho * s.Wo * s.C;
-  const LossGrads lg{scalar(g_loss),
-                     scalar(g_l1),
-                     scalar(g_ssim),
-                     scalar(g_mse),
-                     static_cast<float>(lambda),
-                     static_cast<float>(1.0 / outputs),
-                     static_cast<float>(1.0 / img1.numel())};
-  auto v_x = at::empty_like(img1);
-  launch_backward(img1, img2, s, sigma, nullptr, lg, d_mu, d_xx, d_xy, v_x);
-  return v_x;
+void launch_ssim_backward(const float* x, const float* y, const Shape& s, int64_t batch,
+                          double sigma, const float* v_map, const LossGrads& lg,
+                          const float* d_mu, const float* d_xx, const float* d_xy, float* v_x,
+                          cudaStream_t stream) {
+  ssim_backward_kernel<<<grid_over(s.W, s.H, batch, s), dim3(kSsimTile, kSsimTile), 0,
+                         stream>>>(x, y, v_map, lg, d_mu, d_xx, d_xy, s, gaussian_window(sigma),
+                                   v_x);
 }
 
 }  // namespace gsnb

@@ -1,7 +1,7 @@
 """EWA projection of 3D Gaussians to screen-space splats, in plain PyTorch.
 
 Shared by the reference backend and by tests; the CUDA backend implements the
-same maths in ``csrc/projection.cu``.
+same maths in ``csrc/projection_forward.cu`` and ``csrc/projection_backward.cu``.
 """
 
 from __future__ import annotations

@@ -200,8 +200,9 @@ def check_values_of(tensors: dict[str, Tensor], stored: bool) -> None:
     raise ValueError(f"Ks ({_describe(Ks)}) must have positive focal lengths fx, fy")
 
 
-# The bits of the CUDA projection's problems flag (csrc/projection.cu's Problem): a bit per
-# input whose values hold NaN/Inf, then the range problems. "colors" is sh0 for stored inputs.
+# The bits of the CUDA projection's problems flag (csrc/projection_forward.cu's Problem): a
+# bit per input whose values hold NaN/Inf, then the range problems. "colors" is sh0 for stored
+# inputs.
 PROBLEM_BITS = {
     "means": 1 << 0,
     "quats": 1 << 1,

@@ -1,0 +1,211 @@
+// Launchers of the CUDA kernels: raw pointers, sizes and a stream, no torch. The kernel
+// files (.cu) define them; the host entry points (.cpp) check the tensors, allocate the
+// outputs and call them. A launcher only launches: the caller checks cudaGetLastError
+// (C10_CUDA_KERNEL_LAUNCH_CHECK) right after, as after a launch of its own. Kept free of
+// ATen so that the kernel files compile in a few seconds.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+namespace gsnb {
+
+// The side of a square screen tile in pixels; one rasterize block per tile.
+constexpr int kTile = 16;
+
+// ceil(n / d) for n >= 0 and d > 0: the tiles over an image side, the blocks over n items.
+constexpr int64_t div_up(int64_t n, int64_t d) { return (n + d - 1) / d; }
+
+// Blocks of `threads` threads, one thread per item, covering n items; at most `cap` blocks,
+// for kernels that stride over the items past the grid.
+inline int blocks_for(int64_t n, int threads,
+                      int64_t cap = std::numeric_limits<int>::max()) {
+  return static_cast<int>(std::min(div_up(n, threads), cap));
+}
+
+// The most tensors the Adam and health kernels take in one launch.
+constexpr int kMaxTensors = 8;
+
+// ---- projection_forward.cu, projection_backward.cu ----------------------------------------
+
+// Each Gaussian's SH coefficients (or RGB): one [N, K, 3] tensor (rest_k 0), or the first
+// head_k bases and the other rest_k in two tensors, as 3DGS stores them (sh0 and shN).
+struct Coeffs {
+  const float* head;
+  int head_k;
+  const float* rest;
+  int rest_k;
+#ifdef __CUDACC__
+  // Entry e (basis e / 3, channel e % 3) of Gaussian g's coefficients.
+  __device__ __forceinline__ float at(int64_t g, int e) const {
+    const int h = head_k * 3;
+    return e < h ? head[g * h + e] : rest[g * (rest_k * 3) + (e - h)];
+  }
+#endif
+};
+
+// One thread per (camera, Gaussian), `threads` of them (at least one per camera with checks).
+void launch_project_forward(
+    bool antialiased, int64_t threads, int64_t c, int64_t n, const float* means,
+    const float* quats, const float* scales, const float* opacities, bool stored,
+    const Coeffs& cf, int64_t sh_degree, const float* viewmats, const float* Ks, int64_t width,
+    int64_t height, double near_plane, double far_plane, float* means2d, float* conics,
+    float* depths, int* radii, float* feats, int channels, int* tiles, float* opacities_cam,
+    const float* backgrounds, int* problems, cudaStream_t stream);
+
+void launch_project_backward(
+    bool antialiased, int64_t c, int64_t n, const float* means, const float* quats,
+    const float* scales, const float* opacities, const float* v_opacities_cam,
+    float* v_opacities, bool stored, const Coeffs& cf, int64_t sh_degree, const float* viewmats,
+    const float* Ks, int64_t width, int64_t height, double near_plane, double far_plane,
+    const int* radii, const float* conics, const float* v_means2d, const float* v_conics,
+    const float* v_feats, int64_t channels, const float* v_depths, float* v_means,
+    float* v_quats, float* v_scales, float* v_head, float* v_rest, cudaStream_t stream);
+
+// ---- binning.cu ---------------------------------------------------------------------------
+
+// keys[i] = the depth bits of splat i (culled splats last), ids[i] = i.
+void launch_depth_keys(int64_t total, const float* depths, const int* tiles, uint32_t* keys,
+                       int* ids, cudaStream_t stream);
+
+// counts[p] = tiles[order[p]].
+void launch_gather_counts(int64_t total, const int* order, const int* tiles, int64_t* counts,
+                          cudaStream_t stream);
+
+// One (camera, tile) key and splat id per intersection, in the order of `order`.
+void launch_emit(int64_t total, int64_t n, const int* order, const int64_t* ends,
+                 const float* means2d, const float* conics, const float* opacities,
+                 bool per_camera, bool stored, const int* radii, int64_t width, int64_t height,
+                 int tiles_x, int64_t num_tiles, uint32_t* keys, int* values,
+                 cudaStream_t stream);
+
+// offsets[t] = index of the first of the m sorted keys that is >= t, for t < num_slots.
+void launch_tile_offsets(int64_t m, const uint32_t* keys, int64_t num_slots, int* offsets,
+                         cudaStream_t stream);
+
+// ---- sort.cu (cub) ------------------------------------------------------------------------
+
+// Stable radix sort of m (key, value) pairs on the low `bits` bits of the keys, with cub's
+// double buffers: keys and values hold the input, keys_alt and values_alt are scratch of
+// the same size. With temp nullptr only sets temp_bytes; else sorts with temp_bytes of temp
+// and sets *keys_out and *values_out to the buffers that hold the result.
+void radix_sort_pairs(void* temp, size_t& temp_bytes, uint32_t* keys, uint32_t* keys_alt,
+                      int* values, int* values_alt, int64_t m, int bits, cudaStream_t stream,
+                      uint32_t** keys_out, int** values_out);
+
+// out[i] = in[0] + ... + in[i] for i < total; with temp nullptr only sets temp_bytes.
+void inclusive_sum(void* temp, size_t& temp_bytes, const int64_t* in, int64_t* out,
+                   int64_t total, cudaStream_t stream);
+
+// ---- rasterize_forward.cu, rasterize_backward.cu ------------------------------------------
+
+// channels 3 blends rgb, any other count rgb and depth (4). depth is nullptr with 3.
+void launch_rasterize_forward(
+    int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
+    const float* means2d, const float* conics, const float* feats, const float* opacities,
+    bool stored, const int* offsets, const int* flat_ids, const float* background, float* rgb,
+    float* depth, float* alpha, int* last_ids, cudaStream_t stream);
+
+void launch_rasterize_backward(
+    int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
+    const float* means2d, const float* conics, const float* feats, const float* opacities,
+    bool stored, const int* offsets, const int* flat_ids, const float* alpha,
+    const float* depth, const int* last_ids, const float* background, const float* v_rgb,
+    const float* v_depth, const float* v_alpha, float* v_means2d, float* v_conics,
+    float* v_feats, float* v_opacities, float* v_abs, cudaStream_t stream);
+
+// ---- ssim.cu ------------------------------------------------------------------------------
+
+constexpr int kWin = 11;       // the Gaussian window's side
+constexpr int kSsimTile = 16;  // outputs (forward) or pixels (backward) per block side
+
+struct Shape {
+  int H, W, C, Ho, Wo, pad;
+};
+
+// The incoming gradients of (loss, L1, SSIM, MSE), each nullptr when that output got none.
+struct LossGrads {
+  const float* loss;
+  const float* l1;
+  const float* ssim;
+  const float* mse;
+  float lambda, inv_outputs, inv_inputs;
+};
+
+// One thread per output (forward) or per input pixel (backward), a z-slice per image channel.
+inline dim3 grid_over(int width, int height, int64_t batch, const Shape& s) {
+  return dim3(div_up(width, kSsimTile), div_up(height, kSsimTile),
+              static_cast<unsigned>(batch * s.C));
+}
+
+// The SSIM map and/or the per-block partial sums [blocks, 3], and the derivative maps
+// (d_mu, d_xx and d_xy nullptr without a backward).
+void launch_ssim_forward(const float* x, const float* y, const Shape& s, const dim3& grid,
+                         double sigma, double c1, double c2, float* map, float* d_mu,
+                         float* d_xx, float* d_xy, float* partials, cudaStream_t stream);
+
+// stats [4] = loss, L1, SSIM and MSE from the partials of launch_ssim_forward.
+void launch_photometric_finish(const float* partials, int64_t blocks, double inv_outputs,
+                               double inv_inputs, double lambda, float* stats,
+                               cudaStream_t stream);
+
+// v_x [batch, H, W, C] from the SSIM map's gradient v_map, or without it (nullptr) from the
+// photometric loss's incoming gradients lg.
+void launch_ssim_backward(const float* x, const float* y, const Shape& s, int64_t batch,
+                          double sigma, const float* v_map, const LossGrads& lg,
+                          const float* d_mu, const float* d_xx, const float* d_xy, float* v_x,
+                          cudaStream_t stream);
+
+// ---- health.cu ----------------------------------------------------------------------------
+
+constexpr int kHealthSlots = 9;  // the sums health_sums returns
+
+struct TensorList {
+  const float* ptr[kMaxTensors];
+  int64_t numel[kMaxTensors];
+  int count;
+};
+
+// The blocks of the health pass over `most` items per thread slot.
+int health_blocks(int64_t most);
+
+// block_out [blocks, kHealthSlots]: each block's partial sums.
+void launch_health(int blocks, const float* scales, const float* opacities, int64_t n,
+                   const TensorList& params, const TensorList& grads, double* block_out,
+                   cudaStream_t stream);
+
+// out [kHealthSlots]: the blocks' partials folded in a fixed order.
+void launch_health_finish(const double* block_out, int blocks, double* out,
+                          cudaStream_t stream);
+
+// ---- adam.cu ------------------------------------------------------------------------------
+
+struct AdamTensor {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  int64_t numel;
+  float step_size;
+  float bias2_sqrt;
+};
+
+struct AdamTensors {
+  AdamTensor t[kMaxTensors];
+};
+
+// count tensors of the list, `most` values in the largest.
+void launch_adam(const AdamTensors& list, int64_t count, int64_t most, double beta1,
+                 double beta2, double eps, cudaStream_t stream);
+
+// ---- densify.cu ---------------------------------------------------------------------------
+
+// grads [C, N, 2], radii [C, N, 2], grad2d and count [N].
+void launch_accumulate_grad2d(int64_t num_cams, int64_t n, const float* grads, const int* radii,
+                              double sx, double sy, float* grad2d, float* count,
+                              cudaStream_t stream);
+
+}  // namespace gsnb

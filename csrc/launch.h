@@ -11,6 +11,14 @@
 #include <cstdint>
 #include <limits>
 
+// A device function under nvcc; for the host compiler of the .cpp files, which never call
+// it, a plain inline one, so that both see the same struct.
+#ifdef __CUDACC__
+#define GSNB_DEVICE __device__ __forceinline__
+#else
+#define GSNB_DEVICE inline
+#endif
+
 namespace gsnb {
 
 // The side of a square screen tile in pixels; one rasterize block per tile.
@@ -38,13 +46,11 @@ struct Coeffs {
   int head_k;
   const float* rest;
   int rest_k;
-#ifdef __CUDACC__
-  // Entry e (basis e / 3, channel e % 3) of Gaussian g's coefficients.
-  __device__ __forceinline__ float at(int64_t g, int e) const {
+  // Entry e (basis e / 3, channel e % 3) of Gaussian g's coefficients (read on the device).
+  GSNB_DEVICE float at(int64_t g, int e) const {
     const int h = head_k * 3;
     return e < h ? head[g * h + e] : rest[g * (rest_k * 3) + (e - h)];
   }
-#endif
 };
 
 // One thread per (camera, Gaussian), `threads` of them (at least one per camera with checks).

@@ -2,7 +2,7 @@
 // The same update as torch.optim.Adam (no weight decay, no amsgrad) in float32:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= step_size * m / (sqrt(v) / bias2_sqrt + eps),  step_size = lr / (1 - b1^t)
-// with the bias corrections worked out on the host per tensor (adam.cpp).
+// with the bias corrections worked out on the host per tensor (train_ops.cpp).
 #include <cuda_runtime.h>
 
 #include <cstdint>

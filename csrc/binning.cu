@@ -1,4 +1,4 @@
-// Tile binning's kernels (the host side: binning.cpp; the cub sort and scan: sort.cu).
+// Tile binning's kernels (the host side: render_ops.cpp; the cub sort and scan: sort.cu).
 // Splats are first sorted by depth; each then emits one intersection per tile it touches,
 // in that order, keyed by (camera, tile) only, and a stable radix sort on those short keys
 // leaves every (camera, tile)'s splats contiguous and front to back. Sorting N depths plus

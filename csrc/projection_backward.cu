@@ -1,5 +1,5 @@
 // The backward pass of the projection (projection_forward.cu): the gradients of the
-// Gaussians' parameters from those of the splats (the host side: projection.cpp).
+// Gaussians' parameters from those of the splats (the host side: render_ops.cpp).
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // EWA projection of 3D Gaussians to screen-space splats, fused with SH colour evaluation,
-// the per-splat tile count and the optional value checks (the host side: projection.cpp).
+// the per-splat tile count and the optional value checks (the host side: render_ops.cpp).
 #include <cuda_runtime.h>
 
 #include <cstdint>

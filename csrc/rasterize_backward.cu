@@ -1,5 +1,5 @@
 // The backward pass of the per-tile compositing (rasterize_forward.cu; the host side:
-// rasterize.cpp): gradients of the splats' means, conics, features and opacities.
+// render_ops.cpp): gradients of the splats' means, conics, features and opacities.
 // CH is the number of blended channels: 3 (rgb) or 4 (rgb and depth).
 #include <cuda_runtime.h>
 

@@ -1,5 +1,5 @@
 // Per-tile front-to-back compositing of sorted splats (the backward pass:
-// rasterize_backward.cu; the host side: rasterize.cpp).
+// rasterize_backward.cu; the host side: render_ops.cpp).
 // One 16x16 thread block per (camera, tile); splats are staged through shared memory.
 // CH is the number of blended channels: 3 (rgb) or 4 (rgb and depth).
 #include <cuda_runtime.h>

@@ -9,7 +9,7 @@
 // an SSIM map: the forward pass sums |x - y|, (x - y)^2 and SSIM per block, a one-block pass
 // finishes loss, L1, SSIM and MSE, and the backward pass adds the L1 and MSE terms to the
 // SSIM gradient, all weighted by the incoming gradients read from device memory.
-// (The host side: ssim.cpp.)
+// (The host side: train_ops.cpp.)
 #include <cuda_runtime.h>
 
 #include <cmath>

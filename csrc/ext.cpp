@@ -9,52 +9,56 @@
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
   m.attr("ABI_VERSION") = 4;
+  // Every entry point runs without the GIL: each only launches work on a stream (binning
+  // also waits for its count), so another Python thread -- training beside a viewer or a
+  // notebook's widgets -- runs meanwhile instead of waiting for this one's GPU.
+  const auto nogil = py::call_guard<py::gil_scoped_release>();
   m.def("project_forward", &gsnb::project_forward, "EWA projection + SH + tile counts",
         py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("opacities"),
         py::arg("coeffs"), py::arg("rest"), py::arg("viewmats"), py::arg("Ks"), py::arg("width"),
         py::arg("height"), py::arg("near_plane"), py::arg("far_plane"), py::arg("sh_degree"),
         py::arg("with_depth"), py::arg("stored"), py::arg("antialiased"), py::arg("backgrounds"),
-        py::arg("check_values"));
+        py::arg("check_values"), nogil);
   m.def("project_backward", &gsnb::project_backward, "backward of project_forward",
         py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("opacities"),
         py::arg("coeffs"), py::arg("rest"), py::arg("viewmats"), py::arg("Ks"), py::arg("width"),
         py::arg("height"), py::arg("near_plane"), py::arg("far_plane"), py::arg("sh_degree"),
         py::arg("radii"), py::arg("conics"), py::arg("v_means2d"), py::arg("v_conics"),
         py::arg("v_feats"), py::arg("v_depths"), py::arg("v_opacities_cam"), py::arg("stored"),
-        py::arg("antialiased"));
+        py::arg("antialiased"), nogil);
   m.def("bin_splats", &gsnb::bin_splats, "sort splat-tile intersections by tile and depth",
         py::arg("means2d"), py::arg("conics"), py::arg("opacities"), py::arg("depths"),
-        py::arg("radii"), py::arg("tiles"), py::arg("width"), py::arg("height"), py::arg("stored"));
+        py::arg("radii"), py::arg("tiles"), py::arg("width"), py::arg("height"), py::arg("stored"), nogil);
   m.def("rasterize_forward", &gsnb::rasterize_forward, "front-to-back compositing per tile",
         py::arg("means2d"), py::arg("conics"), py::arg("feats"), py::arg("opacities"),
         py::arg("offsets"), py::arg("flat_ids"), py::arg("width"), py::arg("height"),
-        py::arg("backgrounds"), py::arg("stored"));
+        py::arg("backgrounds"), py::arg("stored"), nogil);
   m.def("rasterize_backward", &gsnb::rasterize_backward, "backward of rasterize_forward",
         py::arg("means2d"), py::arg("conics"), py::arg("feats"), py::arg("opacities"),
         py::arg("offsets"), py::arg("flat_ids"), py::arg("width"), py::arg("height"),
         py::arg("alpha"), py::arg("depth"), py::arg("last_ids"), py::arg("v_rgb"),
         py::arg("v_depth"), py::arg("v_alpha"), py::arg("absgrad"), py::arg("backgrounds"),
-        py::arg("stored"));
+        py::arg("stored"), nogil);
   m.def("ssim_forward", &gsnb::ssim_forward, "fused SSIM map and its derivatives", py::arg("img1"),
         py::arg("img2"), py::arg("pad"), py::arg("sigma"), py::arg("c1"), py::arg("c2"),
-        py::arg("with_grad"));
+        py::arg("with_grad"), nogil);
   m.def("ssim_backward", &gsnb::ssim_backward, "backward of ssim_forward", py::arg("img1"),
         py::arg("img2"), py::arg("v_map"), py::arg("d_mu"), py::arg("d_xx"), py::arg("d_xy"),
-        py::arg("pad"), py::arg("sigma"));
+        py::arg("pad"), py::arg("sigma"), nogil);
   m.def("photometric_forward", &gsnb::photometric_forward, "fused 3DGS photometric loss",
         py::arg("img1"), py::arg("img2"), py::arg("pad"), py::arg("sigma"), py::arg("c1"),
-        py::arg("c2"), py::arg("lam"), py::arg("with_grad"));
+        py::arg("c2"), py::arg("lam"), py::arg("with_grad"), nogil);
   m.def("photometric_backward", &gsnb::photometric_backward, "backward of photometric_forward",
         py::arg("img1"), py::arg("img2"), py::arg("d_mu"), py::arg("d_xx"), py::arg("d_xy"),
         py::arg("pad"), py::arg("sigma"), py::arg("lam"), py::arg("g_loss"), py::arg("g_l1"),
-        py::arg("g_ssim"), py::arg("g_mse"));
+        py::arg("g_ssim"), py::arg("g_mse"), nogil);
   m.def("health_sums", &gsnb::health_sums, "sums behind the training health signals",
-        py::arg("scales"), py::arg("opacities"), py::arg("params"), py::arg("grads"));
+        py::arg("scales"), py::arg("opacities"), py::arg("params"), py::arg("grads"), nogil);
   m.def("adam_step", &gsnb::adam_step, "Adam over several tensors in one launch",
         py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"),
         py::arg("step_sizes"), py::arg("bias2_sqrts"), py::arg("beta1"), py::arg("beta2"),
-        py::arg("eps"));
+        py::arg("eps"), nogil);
   m.def("accumulate_grad2d", &gsnb::accumulate_grad2d, "densification's running sums",
         py::arg("grads"), py::arg("radii"), py::arg("sx"), py::arg("sy"), py::arg("grad2d"),
-        py::arg("count"));
+        py::arg("count"), nogil);
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 import warnings
 
 import torch
@@ -25,18 +26,31 @@ def test_recomputing_the_filter_does_not_wait_for_the_gpu(cuda_ext, tmp_path):
 
 
 def syncs_in_one_step(trainer: Trainer) -> list[str]:
-    """The host syncs torch reports during one step, after three that create every state."""
+    """The host syncs torch reports during one step, after three that create every state, each
+    named by the gsnb lines that called it (so that a failure says where the new sync is)."""
     trainer.run(3)
     trainer.filter3d.every = 3  # with filter3d on, the measured step recomputes it
     torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
+    found: list[str] = []
+
+    def record(message, category, filename, lineno, file=None, line=None) -> None:
+        if "synchroniz" in str(message).lower():
+            frames = [f for f in traceback.extract_stack()[:-1] if "/gsnb/" in f.filename]
+            found.append(
+                " <- ".join(
+                    f"{f.filename.split('/gsnb/')[-1]}:{f.lineno}" for f in frames[::-1][:4]
+                )
+            )
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
             trainer.step()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
+    return found
 
 
 def test_the_new_options_add_no_host_sync_to_a_step(cuda_ext, tmp_path):

@@ -48,19 +48,25 @@ class ProcessGroup(Protocol):
         ...
 
 
-def scaled_rates(rates: Mapping[str, float], batch_size: int) -> dict[str, float]:
-    """The learning rates of a step of ``batch_size`` views: each times ``sqrt(batch_size)``.
+def scaled_rates(
+    rates: Mapping[str, float], batch_size: int, rule: str = "sqrt"
+) -> dict[str, float]:
+    """The learning rates of a step of ``batch_size`` views: each times ``sqrt(batch_size)``
+    (``rule="sqrt"``) or ``batch_size`` (``rule="linear"``).
 
-    The square-root rule for Adam (Malladi et al. 2022), as gsplat's ``simple_trainer``.
-    Batch 1 returns the rates as they are.
+    The square-root rule for Adam (Malladi et al. 2022) is gsplat's ``simple_trainer``'s;
+    the linear one keeps the distance Adam moves over the same number of views (a run of
+    batch ``B`` takes ``B`` times fewer steps). Batch 1 returns the rates as they are.
 
     Example:
-        >>> scaled_rates({"means": 1e-4}, 4)
-        {'means': 0.0002}
+        >>> scaled_rates({"means": 1e-4}, 4), scaled_rates({"means": 1e-4}, 4, "linear")
+        ({'means': 0.0002}, {'means': 0.0004})
     """
+    if rule not in ("sqrt", "linear"):
+        raise ValueError(f"batch_lr_scaling must be 'sqrt' or 'linear', got {rule!r}")
     if batch_size == 1:
         return dict(rates)
-    factor = math.sqrt(batch_size)
+    factor = math.sqrt(batch_size) if rule == "sqrt" else float(batch_size)
     return {name: rate * factor for name, rate in rates.items()}
 
 

@@ -31,6 +31,11 @@ class TrainConfig:
             ``1e-15 / sqrt(batch_size)``, as gsplat's ``simple_trainer`` does. ``steps`` and
             every schedule (``sh_degree_interval``, the strategy's) still count steps: divide
             them by ``batch_size`` to show each view as often as a run of batch 1.
+        batch_lr_scaling: how the learning rates grow with ``batch_size``: ``"sqrt"``
+            (times ``sqrt(batch_size)``, gsplat's rule; the default) or ``"linear"`` (times
+            ``batch_size``). On the fox at batch 4 with schedules divided by 4, linear
+            matched batch 1's test PSNR where sqrt trailed it by about 0.25 dB
+            (benchmarks/results/batch_quality_h200.json).
         seed: seed of every random choice of the run (view order, splits,
             noise, backgrounds); equal seeds give equal runs (default 0).
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``.
@@ -128,6 +133,7 @@ class TrainConfig:
     test_every: int = knob(8, low=0, live=False)
     steps: int = knob(30_000, low=1)
     batch_size: int = knob(1, low=1, high=256, live=False)
+    batch_lr_scaling: str = knob("sqrt", choices=("sqrt", "linear"), live=False)
     seed: int = knob(0, live=False)
     device: str = knob("auto", choices=("auto", "cpu", "cuda"), live=False)
     backend: str = knob("auto", choices=("auto", "cuda", "reference"), live=False)

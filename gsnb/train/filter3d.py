@@ -106,8 +106,11 @@ def apply_filter3d(scales: Tensor, opacities: Tensor, variances: Tensor) -> tupl
     """
     s2 = scales * scales
     widened = s2 + variances.detach()[:, None]
-    # The product of ratios in [0, 1] neither overflows nor underflows early.
-    return torch.sqrt(widened), opacities * torch.sqrt(torch.prod(s2 / widened, dim=-1))
+    # The product of ratios in [0, 1] neither overflows nor underflows early. Spelled out:
+    # torch.prod's backward reads from the GPU whether an input is zero (a host sync).
+    ratio = s2 / widened
+    shrink = ratio[:, 0] * ratio[:, 1] * ratio[:, 2]
+    return torch.sqrt(widened), opacities * torch.sqrt(shrink)
 
 
 class Filter3D:

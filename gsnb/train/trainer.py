@@ -279,7 +279,9 @@ class Trainer(TrainingControl):
     def _train_step_unsafe(self) -> StepMetrics:
         start = time.perf_counter()
         cfg, step = self.config, self._step
-        rates = batch.scaled_rates(learning_rates(cfg, step, self.extent), cfg.batch_size)
+        rates = batch.scaled_rates(
+            learning_rates(cfg, step, self.extent), cfg.batch_size, cfg.batch_lr_scaling
+        )
         set_learning_rates(self.optimizer, rates)
         group = self.process_group
         if cfg.batch_size > 1 or group is not None:  # several views per step: gsnb.train.batch

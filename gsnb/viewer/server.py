@@ -163,6 +163,7 @@ class Viewer:
         self._planners: dict[int, FramePlanner] = {}
         self._clients_lock = threading.Lock()
         self._wake = threading.Event()
+        self._step_wakes = True  # whether a training step wakes the frame loop
         self._stopped = threading.Event()
         self._stopped.set()
         self._mode = mode
@@ -202,7 +203,7 @@ class Viewer:
         if mode == "splats":
             self.show_splats()
         # a training step may make a refresh due: the frame loop wakes instead of polling
-        self._unhook = self.trainer.on_step(lambda _: self._wake.set()) if self.trainer else None
+        self._unhook = self.trainer.on_step(self._step_done) if self.trainer else None
         self._thread = threading.Thread(target=self._loop, name="gsnb-viewer", daemon=True)
         self._thread.start()
 
@@ -375,6 +376,13 @@ class Viewer:
     def _version(self) -> int:
         return self.trainer.step_count if self.trainer is not None else 0
 
+    def _step_done(self, _metrics: Any) -> None:
+        # Runs in the training thread after every step: wake the frame loop only when it
+        # sleeps waiting for a new model (not when a refresh limit or a preview's rest is
+        # what it waits for), since every wake takes the GIL away from training.
+        if self._step_wakes:
+            self._wake.set()
+
     def _loop(self) -> None:
         next_status = 0.0
         timeout = 0.0
@@ -387,6 +395,7 @@ class Viewer:
                 self._guarded(self._update_status)
             timeout = max(0.0, next_status - now)
             if self._mode != "render":
+                self._step_wakes = False  # showing splats: only the status line updates
                 continue
             version = self._version()
             with self._clients_lock:
@@ -397,8 +406,12 @@ class Viewer:
             # sleep until the next frame is due (a camera or a training step wakes it sooner)
             now, version = time.monotonic(), self._version()
             with self._clients_lock:
-                for planner in self._planners.values():
-                    timeout = min(timeout, planner.seconds_to_next(now, version))
+                waits = [p.seconds_to_next(now, version) for p in self._planners.values()]
+            due = min(waits, default=math.inf)
+            self._step_wakes = bool(waits) and due == math.inf
+            if self._step_wakes and self._version() != version:
+                due = 0.0  # a step ended while deciding: its frame is due now
+            timeout = min(timeout, due)
 
     def _guarded(self, action: Any) -> None:
         try:

@@ -35,14 +35,18 @@ def test_adam_settings_follow_gsplat() -> None:
         check_batch(3, 2)
 
 
-def test_batch_of_identical_views_equals_batch_one_with_scaled_rates(make_scene) -> None:
+@pytest.mark.parametrize(("rule", "factor"), [("sqrt", math.sqrt(2)), ("linear", 2.0)])
+def test_batch_of_identical_views_equals_batch_one_with_scaled_rates(
+    make_scene, rule: str, factor: float
+) -> None:
     # One training view: a batch of 2 holds it twice. Its mean loss is that view's loss,
     # so the gradient is batch 1's, and the only differences are the learning rates
-    # (times sqrt 2) and Adam's betas and eps, which the batch-1 run gets by hand here.
+    # (times sqrt 2, or 2) and Adam's betas and eps, which the batch-1 run gets by hand here.
     data = make_scene(views=2, test_every=2)
     assert len(data.train) == 1
-    two = Trainer(data, TrainConfig(batch_size=2, steps=14, **BASE), strategy=small_schedule())
-    rates = {k: getattr(two.config, k) * math.sqrt(2) for k in LR_KNOBS.values()}
+    config = TrainConfig(batch_size=2, batch_lr_scaling=rule, steps=14, **BASE)
+    two = Trainer(data, config, strategy=small_schedule())
+    rates = {k: getattr(two.config, k) * factor for k in LR_KNOBS.values()}
     one = Trainer(data, TrainConfig(steps=14, **BASE, **rates), strategy=small_schedule())
     apply_adam_settings(one.optimizer, 2)
     events = []

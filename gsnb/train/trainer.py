@@ -671,6 +671,12 @@ class Trainer(TrainingControl):
             torch.Size([16, 16, 3])
         """
         index = self.corrections.index_of(view.name) if corrected else None
+        if index is None or not self.config.exposure:
+            # render_camera holds the lock only while it copies the Gaussians (on a stream
+            # of the caller's own): holding it here too would stall training for the render
+            return self.render_camera(
+                view.viewmat, view.K, view.width, view.height, sh_degree, index
+            )
         with self._shared_access():  # the exposures too are read between two steps
             out = self.render_camera(
                 view.viewmat, view.K, view.width, view.height, sh_degree, index

@@ -52,3 +52,24 @@ def test_side_stream_renders_while_training_runs(cuda_ext, tmp_path):
             trainer.stop()
         assert trainer.error is None
         assert frames == 40
+
+
+def test_a_side_stream_render_view_draws_outside_the_training_lock(cuda_ext, tmp_path):
+    # The lock is held only for the copy of the Gaussians: a draw under it would stall the
+    # training loop for the whole render (the viewer and the panel render through here).
+    trainer = _trainer(tmp_path)
+    trainer.step()
+    held = []
+    draw = trainer._draw
+
+    def watched(*args, **kwargs):
+        held.append(trainer._lock._is_owned())
+        return draw(*args, **kwargs)
+
+    trainer._draw = watched
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        trainer.render_view(trainer.dataset.views[0])
+        side.synchronize()
+    trainer.render_view(trainer.dataset.views[0])  # the default stream: drawn under the lock
+    assert held == [False, True]

@@ -64,7 +64,7 @@ MAX_NAMED = 16
 
 
 def script_identity(executable: str | os.PathLike[str]) -> list[Any] | None:
-    """The identity of a ``#!`` wrapper script: its file's and those of the existing files its
+    r"""The identity of a ``#!`` wrapper script: its file's and those of the existing files its
     text names by absolute path (``exec /usr/local/cuda-13.0/bin/nvcc "$@"``); None for
     anything else.
 
@@ -72,7 +72,8 @@ def script_identity(executable: str | os.PathLike[str]) -> list[Any] | None:
         >>> import tempfile, pathlib, sys
         >>> script = pathlib.Path(tempfile.mkdtemp()) / "nvcc"
         >>> _ = script.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-        >>> [part[0] for part in script_identity(script)[1]][-1] == os.path.realpath(sys.executable)
+        >>> named = [part[0] for part in script_identity(script)[1]]
+        >>> named[-1] == os.path.realpath(sys.executable)
         True
     """
     try:

@@ -6,7 +6,9 @@ torch``), so the numbers are what a new notebook kernel sees:
 1. gsnb cold: ``gsnb.toolchain.build(jobs=16)`` into an empty cache (includes the smoke test);
    then a second ``build()`` in the same process. Reports each compile step's start and
    end from ninja's ``.ninja_log`` (are the units compiled in parallel? which is slowest?).
-2. gsnb warm, new process: ``build()`` (cache hit; the smoke test passed in 1. and is
+2. gsnb warm, new process: ``python -m gsnb.cli build`` as a whole fresh process
+   (``warm_cli_process_s``, median of 3, and whether it imported torch); then ``build()``
+   (cache hit; the smoke test passed in 1. and is
    not run again), the seconds of each phase and the processes it started; then
    ``build(verify=True)`` (cache hit + smoke test, the first CUDA work of the process)
    and ``load_cached()``.
@@ -61,8 +63,32 @@ def child_gsnb_cold(cache: str) -> dict:
     }
 
 
+def warm_cli(cache: str, runs: int = 3) -> dict:
+    """``python -m gsnb.cli build`` on the built cache, each run a fresh process: its wall time
+    (median) and whether it imported torch (``-X importtime``)."""
+    env = {**os.environ, "GSNB_CACHE_DIR": cache, "PYTHONPATH": str(HERE.parent)}
+    command = [sys.executable, "-X", "importtime", "-m", "gsnb.cli", "build", "--no-progress"]
+    seconds, outputs, codes, torch_imported = [], [], [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+        seconds.append(time.perf_counter() - start)
+        outputs.append(done.stdout.strip() or done.stderr.strip()[-2000:])
+        codes.append(done.returncode)
+        names = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+        torch_imported.append("torch" in names)
+    return {
+        "warm_cli_process_s": sorted(seconds)[len(seconds) // 2],
+        "warm_cli_process_runs_s": seconds,
+        "warm_cli_exit_codes": codes,
+        "warm_cli_imported_torch": torch_imported,
+        "warm_cli_output": outputs[-1],
+    }
+
+
 def child_gsnb_warm(cache: str) -> dict:
     os.environ["GSNB_CACHE_DIR"] = cache
+    cli = warm_cli(cache)  # first: this process has not loaded torch or CUDA yet
     start = time.perf_counter()
     import torch
 
@@ -90,6 +116,7 @@ def child_gsnb_warm(cache: str) -> dict:
     module = gsnb.toolchain.load_cached()
     loaded = time.perf_counter() - start
     return {
+        **cli,
         "import_torch_s": imported,
         "cuda_init_s": cuda_init,
         "import_gsnb_build_s": imported_gsnb,

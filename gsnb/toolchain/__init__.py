@@ -18,8 +18,8 @@ import time
 import types
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from gsnb.toolchain.builder import PREFIX, build_extension, flags_payload
 from gsnb.toolchain.cache import (
     compatible_builds,
     default_cache_dir,
@@ -27,8 +27,11 @@ from gsnb.toolchain.cache import (
     fingerprint,
 )
 from gsnb.toolchain.catalogue import CATALOGUE, Diagnosis, recognise
-from gsnb.toolchain.environment import Environment, discover
+from gsnb.toolchain.plan import PREFIX, flags_payload
 from gsnb.toolchain.result import BuildError, BuildResult
+
+if TYPE_CHECKING:
+    from gsnb.toolchain.environment import Environment, discover
 
 __all__ = [
     "CATALOGUE",
@@ -43,6 +46,16 @@ __all__ = [
     "recognise",
     "use_module",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Discovery loads torch: imported on first use, so ``gsnb build``'s warm check never does.
+    if name in ("Environment", "discover"):
+        from gsnb.toolchain import environment
+
+        return getattr(environment, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # The module of this process: set by build() and load_cached(), read by gsnb.kernels.
 _lock = threading.RLock()  # re-entrant: loaded_module() loads through load_cached()
@@ -128,6 +141,8 @@ def build(
         >>> result.cached, result.smoke.status  # doctest: +SKIP
         (True, 'passed')
     """
+    from gsnb.toolchain.builder import build_extension
+
     start = time.perf_counter()
     result = build_extension(
         Path(sources_dir) if sources_dir is not None else default_sources_dir(),

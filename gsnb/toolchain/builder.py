@@ -8,7 +8,6 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,33 +15,36 @@ import torch
 
 from gsnb.toolchain.cache import (
     CachedBuild,
-    build_key,
     build_lock,
-    compatible_builds,
     complete_build,
     default_cache_dir,
     fingerprint,
     library_suffix,
-    module_name,
     source_files,
     write_manifest,
 )
 from gsnb.toolchain.catalogue import diagnose, recognise
 from gsnb.toolchain.compilers import Toolchain, find_toolchain
-from gsnb.toolchain.environment import Environment, discover, resolve_archs
-from gsnb.toolchain.flags import Arch, BuildFlags
+from gsnb.toolchain.environment import Environment, discover
 from gsnb.toolchain.gpus import torch_gpus
 from gsnb.toolchain.host import Host
 from gsnb.toolchain.jit import JitRequest, compile_module
 from gsnb.toolchain.loader import add_dll_directories, dll_directories, load_module
 from gsnb.toolchain.ninja_log import step_seconds
+from gsnb.toolchain.plan import (
+    PREFIX,
+    Plan,
+    find_cached,
+    flags_payload,
+    plan_for,
+    toolchain_change,
+)
 from gsnb.toolchain.probes import PROBES_FILE, ProbeMemo
 from gsnb.toolchain.progress import BuildProgress
 from gsnb.toolchain.result import BuildError, BuildResult
 from gsnb.toolchain.toolkit import Toolkit
 from gsnb.toolchain.tools import shared_cxx_runtime
 
-PREFIX = "gsnb_csrc"
 GIB = 1 << 30
 
 
@@ -63,44 +65,6 @@ def default_jobs(host: Host) -> int:
     return jobs
 
 
-def flags_payload(flags: BuildFlags) -> dict[str, list[str]]:
-    """The flags as hashed into the fingerprint (``-gencode`` flags are keyed separately)."""
-    return {
-        "nvcc": [f for f in flags.nvcc if not f.startswith("-gencode")],
-        "host": list(flags.host),
-    }
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Where a build of given sources and architectures lives, found without compiling.
-
-    Attributes:
-        archs: target architectures; given: whether they came from ``arch``.
-        flags: every compiler flag; fingerprint: hash of all but the architectures
-            and the toolchain.
-        toolchain: the compilers' versions.
-        key: the cache key; name: the module name; folder: the build folder.
-    """
-
-    archs: list[Arch]
-    given: bool
-    flags: BuildFlags
-    fingerprint: str
-    toolchain: Toolchain
-    key: str
-    name: str
-    folder: Path
-
-    def with_toolchain(self, toolchain: Toolchain) -> Plan:
-        """The same build made with ``toolchain`` (another key, name and folder)."""
-        key = build_key(self.fingerprint, [str(a) for a in self.archs], toolchain.key())
-        name = module_name(self.name.rsplit("_", 1)[0], key)
-        return dataclasses.replace(
-            self, toolchain=toolchain, key=key, name=name, folder=self.folder.parent / name
-        )
-
-
 def plan_build(
     sources_dir: Path,
     cache_dir: Path,
@@ -110,48 +74,17 @@ def plan_build(
     toolchain: Toolchain,
 ) -> Plan:
     """Compute the cache key and folder of a build (hashes files; starts no process)."""
-    archs, given = resolve_archs(arch, torch_gpus())
-    flags = BuildFlags.for_archs(archs, msvc=host.windows)
-    fp = fingerprint(sources_dir, flags_payload(flags), torch.__version__, torch.version.cuda)
-    key = build_key(fp, [str(a) for a in archs], toolchain.key())
-    name = module_name(prefix, key)
-    return Plan(archs, given, flags, fp, toolchain, key, name, cache_dir / name)
-
-
-def find_cached(plan: Plan, cache_dir: Path, prefix: str) -> CachedBuild | None:
-    """The cached build of ``plan``: its exact key; for GPU-derived targets, any build of
-    the same sources, flags and toolchain that runs on the GPUs.
-
-    Without a complete toolchain (no nvcc here: nothing could be built anyway) the
-    toolchain is not compared: any build of the same sources, flags and torch is used.
-    """
-    if plan.toolchain.known:
-        exact = complete_build(plan.folder, plan.key)
-        if exact is not None or plan.given:
-            return exact
-    caps = [(a.major, a.minor) for a in plan.archs]
-    if not caps:
-        return None
-    wanted = sorted(str(a) for a in plan.archs)
-    for found in compatible_builds(cache_dir, prefix, plan.fingerprint, caps):
-        if plan.given and sorted(found.archs) != wanted:
-            continue
-        if plan.toolchain.known and found.manifest.get("toolchain") != plan.toolchain.key():
-            continue
-        return found
-    return None
-
-
-def _toolchain_change(plan: Plan, cache_dir: Path, prefix: str) -> str | None:
-    """A note when a build of the same sources exists for other compiler versions."""
-    caps = [(a.major, a.minor) for a in plan.archs]
-    for found in compatible_builds(cache_dir, prefix, plan.fingerprint, caps) if caps else []:
-        old = found.manifest.get("toolchain")
-        if isinstance(old, dict) and old != plan.toolchain.key():
-            was = ", ".join(f"{k} {v}" for k, v in sorted(old.items()))
-            now = ", ".join(f"{k} {v}" for k, v in sorted(plan.toolchain.key().items()))
-            return f"the compilers changed since the cached build {found.name} ({was} -> {now})"
-    return None
+    return plan_for(
+        sources_dir,
+        cache_dir,
+        arch,
+        prefix,
+        host,
+        toolchain,
+        torch_gpus(),
+        torch.__version__,
+        torch.version.cuda,
+    )
 
 
 def _cudart_link_dir(toolkit: Toolkit, cache_dir: Path) -> Path | None:
@@ -353,7 +286,7 @@ def build_extension(
                 notes.append(str(diagnose("half-built", build_dir=plan.folder)))
             shutil.rmtree(plan.folder)
         elif not force:
-            change = _toolchain_change(plan, cache_dir, prefix)
+            change = toolchain_change(plan, cache_dir, prefix)
             notes += [change] if change else []
         module = _compile(request, env, plan, jobs, verbose, progress)
         after = fingerprint(

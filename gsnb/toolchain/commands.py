@@ -122,7 +122,18 @@ def build_from_args(args: argparse.Namespace) -> Any:
 
 
 def build(args: argparse.Namespace) -> int:
-    """Build (or reuse) the rasterizer; on failure print the cause and the fix, exit 1."""
+    """Build (or reuse) the rasterizer; on failure print the cause and the fix, exit 1.
+
+    A cached build already smoke-tested on this GPU is found without loading torch
+    (:mod:`gsnb.toolchain.warm`); anything else goes through :func:`gsnb.toolchain.build`.
+    """
+    if not (args.force or args.clean or args.verify):
+        from gsnb.toolchain.warm import warm_hit
+
+        hit = warm_hit(args.arch, args.cache_dir)
+        if hit is not None:
+            print(hit)
+            return 0
     from gsnb.toolchain import BuildError
 
     try:

@@ -18,9 +18,10 @@ from gsnb.toolchain.cache import (
     source_files,
 )
 from gsnb.toolchain.compilers import HostCompilers, Toolchain, host_compilers
-from gsnb.toolchain.flags import Arch, cxx_standard, parse_arch_list
+from gsnb.toolchain.flags import Arch, cxx_standard
 from gsnb.toolchain.gpus import GPU, driver_version, smi_gpus, torch_gpus
 from gsnb.toolchain.host import Host
+from gsnb.toolchain.plan import resolve_archs
 from gsnb.toolchain.rules import Check
 from gsnb.toolchain.toolkit import (
     ToolkitChoice,
@@ -31,22 +32,6 @@ from gsnb.toolchain.toolkit import (
 )
 from gsnb.toolchain.tools import Compiler, Ninja, cxx_compiler, find_ninja, nvcc_version
 from gsnb.utils.atomic import writable_problem
-
-
-def resolve_archs(arch: str | list[str] | None, gpus: list[GPU]) -> tuple[list[Arch], bool]:
-    """Target architectures: ``arch`` when given (``"8.0,9.0"``), else those of ``gpus``.
-
-    Returns the architectures and whether they were given explicitly.
-
-    Example:
-        >>> [str(a) for a in resolve_archs("9.0+PTX", [])[0]]
-        ['9.0+PTX']
-    """
-    if arch is None or (isinstance(arch, str) and not arch.strip()):
-        caps = sorted({gpu.capability for gpu in gpus})
-        return [Arch(major, minor) for major, minor in caps], False
-    text = arch if isinstance(arch, str) else ",".join(arch)
-    return parse_arch_list(text), True
 
 
 def python_headers() -> Path:

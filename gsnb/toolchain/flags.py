@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -77,6 +78,20 @@ def parse_arch_list(text: str) -> list[Arch]:
     return [found[k] for k in sorted(found)]
 
 
+def torch_folder() -> Path | None:
+    """The installed ``torch`` package's folder, found without importing torch (None without one).
+
+    Example:
+        >>> torch_folder().name
+        'torch'
+    """
+    # find_spec of a top-level name locates the package without running its __init__.
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 @lru_cache(maxsize=4)
 def cxx_standard(torch_include: Path | None = None) -> str:
     """The C++ standard to compile with: ``c++17``, or ``c++20`` where torch's headers demand it.
@@ -85,9 +100,10 @@ def cxx_standard(torch_include: Path | None = None) -> str:
     required`` under C++17, so the standard follows the installed torch.
     """
     if torch_include is None:
-        import torch
-
-        torch_include = Path(torch.__file__).parent / "include"
+        folder = torch_folder()
+        if folder is None:
+            return "c++17"
+        torch_include = folder / "include"
     header = torch_include / "ATen" / "ATen.h"
     try:
         text = header.read_text(errors="replace")[:4096]

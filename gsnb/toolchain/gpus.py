@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gsnb.toolchain.host import Host
@@ -79,14 +80,112 @@ def smi_gpus(host: Host) -> tuple[list[GPU], str | None]:
     return gpus, driver
 
 
+def proc_driver_version(host: Host) -> str | None:
+    """The NVIDIA driver version (``"580.65.06"``) from ``/proc/driver/nvidia/version``."""
+    text = host.read_text(host.proc / "driver" / "nvidia" / "version", 4096)
+    match = _DRIVER.search(text) if text else None
+    return match.group(1) if match else None
+
+
 def driver_version(host: Host) -> str | None:
     """The NVIDIA driver version (``"580.65.06"``) from ``/proc`` or ``nvidia-smi``."""
-    text = host.read_text(host.proc / "driver" / "nvidia" / "version", 4096)
-    if text:
-        match = _DRIVER.search(text)
-        if match:
-            return match.group(1)
-    return smi_gpus(host)[1]
+    return proc_driver_version(host) or smi_gpus(host)[1]
+
+
+@dataclass(frozen=True)
+class NvmlDevice:
+    """One GPU as the driver's management library (NVML) lists it, in PCI bus order.
+
+    Attributes:
+        name: e.g. ``"NVIDIA H200"``; capability: ``(9, 0)``; uuid: ``"GPU-8f2c..."``.
+    """
+
+    name: str
+    capability: tuple[int, int]
+    uuid: str
+
+
+def nvml_devices() -> list[NvmlDevice] | None:
+    """Every GPU of the machine from NVML (``libnvidia-ml.so.1``, no process, no CUDA context);
+    None when the library or an answer is missing.
+
+    Example:
+        >>> found = nvml_devices()
+        >>> found is None or all(d.capability[0] >= 3 for d in found)
+        True
+    """
+    name = "nvml.dll" if sys.platform == "win32" else "libnvidia-ml.so.1"
+    try:
+        nvml = ctypes.CDLL(name)
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        count = ctypes.c_uint(0)
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return None
+        found = []
+        for index in range(count.value):
+            handle = ctypes.c_void_p()
+            text, uuid = ctypes.create_string_buffer(96), ctypes.create_string_buffer(96)
+            major, minor = ctypes.c_int(0), ctypes.c_int(0)
+            answers = (
+                nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)),
+                nvml.nvmlDeviceGetName(handle, text, 96),
+                nvml.nvmlDeviceGetUUID(handle, uuid, 96),
+                nvml.nvmlDeviceGetCudaComputeCapability(
+                    handle, ctypes.byref(major), ctypes.byref(minor)
+                ),
+            )
+            if any(answers):
+                return None
+            found.append(
+                NvmlDevice(text.value.decode(), (major.value, minor.value), uuid.value.decode())
+            )
+        return found
+    finally:
+        nvml.nvmlShutdown()
+
+
+def cuda_visible(devices: list[NvmlDevice], env: Mapping[str, str]) -> list[NvmlDevice] | None:
+    """The devices CUDA shows this process, in CUDA's order, or None when that cannot be told
+    from NVML's list alone.
+
+    ``CUDA_VISIBLE_DEVICES`` may list indices or ``GPU-`` UUID prefixes. Indices count in
+    CUDA's order, which is NVML's PCI order only with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+    (default: fastest first), so with different GPUs and no such order the answer is
+    None; so it is for MIG instances, an unknown, repeated or malformed entry, or no GPU.
+
+    Example:
+        >>> a, b = NvmlDevice("A", (8, 0), "GPU-a1"), NvmlDevice("B", (9, 0), "GPU-b2")
+        >>> [d.name for d in cuda_visible([a, b], {"CUDA_VISIBLE_DEVICES": "GPU-b"})]
+        ['B']
+        >>> cuda_visible([a, b], {"CUDA_VISIBLE_DEVICES": "1"}) is None
+        True
+    """
+    alike = len({(d.name, d.capability) for d in devices}) == 1
+    in_pci_order = env.get("CUDA_DEVICE_ORDER", "").upper() == "PCI_BUS_ID"
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        chosen = list(devices)
+    else:
+        chosen = []
+        for entry in (e.strip() for e in listed.split(",")):
+            if entry.isdigit() and int(entry) < len(devices) and (alike or in_pci_order):
+                chosen.append(devices[int(entry)])
+            elif entry.startswith("GPU-"):
+                matches = [d for d in devices if d.uuid.startswith(entry)]
+                if len(matches) != 1:
+                    return None
+                chosen.append(matches[0])
+            else:
+                return None
+        if len({d.uuid for d in chosen}) != len(chosen):
+            return None
+    if not chosen or (listed is None and not alike and not in_pci_order):
+        return None
+    return chosen
 
 
 def cuda_driver_api() -> int | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,52 @@ def file_identity(executable: str | os.PathLike[str]) -> list[Any] | None:
     return [real, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
 
 
+_NAMED_PATH = re.compile(r"(?<![\w$./-])/[\w.+@%:/-]+")
+SCRIPT_LIMIT = 1 << 16
+MAX_NAMED = 16
+
+
+def script_identity(executable: str | os.PathLike[str]) -> list[Any] | None:
+    r"""The identity of a ``#!`` wrapper script: its file's and those of the existing files its
+    text names by absolute path (``exec /usr/local/cuda-13.0/bin/nvcc "$@"``); None for
+    anything else.
+
+    Example:
+        >>> import tempfile, pathlib, sys
+        >>> script = pathlib.Path(tempfile.mkdtemp()) / "nvcc"
+        >>> _ = script.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        >>> named = [part[0] for part in script_identity(script)[1]]
+        >>> named[-1] == os.path.realpath(sys.executable)
+        True
+    """
+    try:
+        real = os.path.realpath(executable)
+        with open(real, "rb") as handle:
+            text = handle.read(SCRIPT_LIMIT)
+            stat = os.fstat(handle.fileno())
+    except OSError:
+        return None
+    if not text.startswith(b"#!"):
+        return None
+    named = []
+    for path in list(dict.fromkeys(_NAMED_PATH.findall(text.decode(errors="replace"))))[:MAX_NAMED]:
+        try:
+            found = os.stat(path)
+        except OSError:
+            continue
+        if not os.path.isdir(path):
+            named.append(
+                [
+                    os.path.realpath(path),
+                    found.st_size,
+                    found.st_mtime_ns,
+                    found.st_ctime_ns,
+                    found.st_ino,
+                ]
+            )
+    return [[real, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino], named]
+
+
 class ProbeMemo:
     """Answers of tool probes (``[tool, "--version"]``), reused while the tool's file is unchanged.
 
@@ -64,6 +111,9 @@ class ProbeMemo:
         path: the JSON file (None: remember for this process only).
         refresh: run every probe again and store the new answers (used when a
             build is about to start, so that it sees the tools as they are now).
+        trust_scripts: answer for a wrapper script from its last run while the script
+            and every file it names by absolute path are unchanged (the warm check of
+            ``gsnb build``, which starts no process; a build always runs scripts again).
 
     Example:
         >>> import sys, tempfile, pathlib
@@ -79,32 +129,47 @@ class ProbeMemo:
         ((0, '3.x'), 1)
     """
 
-    def __init__(self, path: Path | None, *, refresh: bool = False) -> None:
+    def __init__(
+        self, path: Path | None, *, refresh: bool = False, trust_scripts: bool = False
+    ) -> None:
         self.path = path
         self.refresh = refresh
+        self.trust_scripts = trust_scripts
         self.entries: dict[str, dict[str, Any]] = {} if path is None else _read(path)
         self.changed = False
 
     def answer(self, command: list[str], run: Runner) -> Answer | None:
         """What ``command`` prints: remembered when its executable is unchanged, else ``run`` it."""
         identity = file_identity(command[0]) if command else None
-        if identity is None:
-            return run(command)
         key = json.dumps(command)
         entry = self.entries.get(key)
+        if identity is None:
+            script = script_identity(command[0]) if command else None
+            trusted = self.trust_scripts and script is not None and entry is not None
+            if trusted and entry.get("script") and entry.get("file") == script:
+                return int(entry["code"]), str(entry["output"])
+            answer = run(command)
+            if script is not None and answer is not None:
+                self._remember(key, {"file": script, "script": True}, answer)
+            return answer
         if not self.refresh and entry is not None and entry.get("file") == identity:
             return int(entry["code"]), str(entry["output"])
         answer = run(command)
         if answer is None:  # could not start or timed out: nothing to remember
             self.entries.pop(key, None)
             return None
+        self._remember(key, {"file": identity}, answer)
+        return answer
+
+    def _remember(self, key: str, identity: dict[str, Any], answer: Answer) -> None:
+        entry = {**identity, "code": answer[0], "output": answer[1][:OUTPUT_LIMIT]}
+        if self.entries.get(key) == entry:
+            return
         self.entries.pop(key, None)
-        output = answer[1][:OUTPUT_LIMIT]
-        self.entries[key] = {"file": identity, "code": answer[0], "output": output}
+        self.entries[key] = entry
         while len(self.entries) > MAX_ENTRIES:
             self.entries.pop(next(iter(self.entries)))
         self.changed = True
-        return answer
 
     def save(self) -> bool:
         """Write new answers atomically; False when there is nothing new or it cannot be written."""

@@ -19,7 +19,8 @@ class BuildResult:
     """A loaded rasterizer module and how it was obtained.
 
     Attributes:
-        module: the imported extension module.
+        module: the imported extension module (None from ``gsnb build``'s warm check,
+            which finds a cached build without loading it).
         name: its module name (``gsnb_csrc_<12 hex>``).
         key: the full cache key (SHA-256 hex).
         archs: architectures it holds code for (``["9.0"]``).
@@ -39,7 +40,7 @@ class BuildResult:
         'gsnb rasterizer ready: m for sm_90, cache hit in 0.05 s (/c/m)'
     """
 
-    module: types.ModuleType
+    module: types.ModuleType | None
     name: str
     key: str
     archs: list[str]

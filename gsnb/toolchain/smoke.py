@@ -14,8 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
 from gsnb.toolchain.catalogue import Diagnosis, recognise
 
 TOLERANCE = 1e-3
@@ -79,6 +77,8 @@ def smoke_test(built_for: str = "") -> SmokeResult:
     The module must already be this process's (:func:`gsnb.toolchain.use_module`).
     Without a GPU, or without a check, the test is skipped with a message saying so.
     """
+    import torch  # here, not at the top: the warm check of ``gsnb build`` never loads torch
+
     if not torch.cuda.is_available():
         return SmokeResult(
             "skipped",

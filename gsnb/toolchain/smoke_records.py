@@ -138,6 +138,23 @@ def recorded_message(record: Mapping[str, Any]) -> str:
     )
 
 
+def recorded_result(record: Mapping[str, Any]) -> SmokeResult:
+    """The result of a smoke test not run again because ``record`` says it passed before.
+
+    Example:
+        >>> recorded_result({"gpu": "NVIDIA H200", "driver": "580.65.06", "max_error": 2e-7,
+        ...                  "when": 0.0}).recorded
+        0.0
+    """
+    error = record.get("max_error")
+    return SmokeResult(
+        "passed",
+        recorded_message(record),
+        float(error) if isinstance(error, (int, float)) else None,
+        recorded=float(record.get("when", 0.0)),
+    )
+
+
 def smoke_checked(
     folder: Path,
     manifest: Mapping[str, Any],
@@ -163,13 +180,7 @@ def smoke_checked(
     """
     record = None if verify else recorded_pass(manifest, identity)
     if record is not None:
-        error = record.get("max_error")
-        return SmokeResult(
-            "passed",
-            recorded_message(record),
-            float(error) if isinstance(error, (int, float)) else None,
-            recorded=float(record.get("when", 0.0)),
-        ), dict(manifest)
+        return recorded_result(record), dict(manifest)
     smoke = smoke_test(built_for=", ".join(archs))
     if identity is None or smoke.status == "skipped":
         return smoke, dict(manifest)

@@ -82,7 +82,25 @@ def test_scripts_and_compiler_launchers_are_never_remembered(tmp_path):
     memo = ProbeMemo(tmp_path / PROBES_FILE)
     for command in ([str(script)], [str(launcher), *CLOCK]):
         assert _host(memo).probe(command) != _host(memo).probe(command)
-    assert memo.entries == {} and not memo.save()
+    # The script's last answer is kept for the warm check only; the launcher's never.
+    assert list(memo.entries) == [json.dumps([str(script)])]
+    assert memo.entries[json.dumps([str(script)])]["script"] is True
+
+
+def test_the_warm_check_reuses_a_script_answer_while_it_and_the_files_it_names_stay(tmp_path):
+    real = _tool(tmp_path / "real")
+    script = tmp_path / "bin" / "nvcc"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\nexec {real} +%s%N\n")
+    script.chmod(0o755)
+    memo = ProbeMemo(tmp_path / PROBES_FILE)
+    first = _host(memo).probe([str(script)])
+    assert memo.save()
+    trusting = ProbeMemo(tmp_path / PROBES_FILE, trust_scripts=True)
+    assert _host(trusting).probe([str(script)]) == first
+    assert _host(ProbeMemo(tmp_path / PROBES_FILE)).probe([str(script)]) != first  # a build
+    _tool(tmp_path / "real", source=TRUE)  # the wrapped compiler is replaced
+    assert _host(trusting).probe([str(script)]) != first
 
 
 def test_a_symlink_is_keyed_by_the_file_it_points_to(tmp_path):

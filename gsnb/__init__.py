@@ -55,7 +55,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted(__all__)  # what tab-completion offers: the public names, loaded or not
 
 
 def _render_check() -> tuple[float, bool]:

@@ -33,8 +33,9 @@ class TrainConfig:
             them by ``batch_size`` to show each view as often as a run of batch 1.
         batch_lr_scaling: how the learning rates grow with ``batch_size``: ``"sqrt"``
             (times ``sqrt(batch_size)``, gsplat's rule; the default) or ``"linear"`` (times
-            ``batch_size``). On the fox at batch 4 with schedules divided by 4, linear
-            matched batch 1's test PSNR where sqrt trailed it by about 0.25 dB
+            ``batch_size``). On the fox (downscale 2, 7,000 views, schedules divided by the
+            batch, 5 runs each): batch 1 31.80 dB, batch 4 sqrt 31.67, batch 4 linear 31.85;
+            linear was unstable at batch 8 (30.13 and 31.28 dB): use it up to batch 4
             (benchmarks/results/batch_quality_h200.json).
         seed: seed of every random choice of the run (view order, splits,
             noise, backgrounds); equal seeds give equal runs (default 0).

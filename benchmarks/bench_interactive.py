@@ -39,6 +39,7 @@ On a CPU, a small synthetic scene::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import statistics
 import sys
@@ -199,6 +200,18 @@ def frame_breakdown(trainer, view, gpu: bool, repeat: int = 10) -> dict[str, Any
     }
 
 
+def thread_cpu(trainer: Any, viewer: Any) -> dict[str, float]:
+    """CPU seconds so far of the training thread and of the viewer's frame thread (Linux)."""
+    found: dict[str, float] = {}
+    threads = (("train", trainer._thread), ("viewer", getattr(viewer, "_thread", None)))
+    for name, thread in threads:
+        if thread is None or thread.ident is None or not hasattr(time, "pthread_getcpuclockid"):
+            continue
+        with contextlib.suppress(OSError):  # the thread has ended
+            found[name] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="?", type=Path, default=FOX, help="dataset (default fox)")
@@ -303,12 +316,23 @@ def main() -> None:
                     client = Client(viewer.url, poses, fov, canvas, motion)
                 time.sleep(0.5)  # settle
                 start, steps0, cpu0 = time.monotonic(), trainer.step_count, time.process_time()
+                threads0 = thread_cpu(trainer, viewer)
                 busy0 = panel.redraw_seconds if panel is not None else 0.0
                 time.sleep(args.window)
                 end, steps1, cpu1 = time.monotonic(), trainer.step_count, time.process_time()
+                threads1 = thread_cpu(trainer, viewer)
                 row["steps_per_s"].append((steps1 - steps0) / (end - start))
                 # CPU seconds of this process per step: what watching adds, even on a busy machine
                 row.setdefault("cpu_s_per_step", []).append((cpu1 - cpu0) / max(1, steps1 - steps0))
+                # ... and each thread's share of the wall time: a training thread whose share
+                # drops waits (for the GIL, a lock, the GPU); one whose CPU per step grows
+                # contends (for the CPU, the driver)
+                for name in sorted(threads0.keys() & threads1.keys()):
+                    used = threads1[name] - threads0[name]
+                    row.setdefault(f"{name}_thread_cpu_share", []).append(used / (end - start))
+                    if name == "train":
+                        per_step = used / max(1, steps1 - steps0)
+                        row.setdefault("train_thread_cpu_s_per_step", []).append(per_step)
                 note = ""
                 if client is not None and viewer is not None:
                     all_frames, settles = client.finish()
@@ -373,6 +397,13 @@ def main() -> None:
         if row.get("settle_s"):
             entry["settle_s_median"] = statistics.median(row["settle_s"])
             entry["settle_s_max"] = max(row["settle_s"])
+        for key in ("train_thread_cpu_s_per_step", "train_thread_cpu_share"):
+            if row.get(key):
+                entry[f"{key}_median"] = statistics.median(row[key])
+        if row.get("viewer_thread_cpu_share"):
+            entry["viewer_thread_cpu_share_median"] = statistics.median(
+                row["viewer_thread_cpu_share"]
+            )
         if "panel_busy_share" in row:
             entry["panel_busy_share_median"] = statistics.median(row["panel_busy_share"])
         summary[condition] = entry | {"rounds": row}
@@ -400,6 +431,17 @@ def main() -> None:
             f"{100 * entry['throughput_vs_headless_paired_median']:.0f} %; CPU time per step "
             f"{100 * entry['cpu_per_step_vs_headless']:.0f} % of headless){extra}"
         )
+        if "train_thread_cpu_s_per_step_median" in entry:
+            ms = 1000 * entry["train_thread_cpu_s_per_step_median"]
+            print(
+                f"{'':17s} training thread: {ms:.2f}"
+                f" ms CPU per step, busy {100 * entry['train_thread_cpu_share_median']:.0f} %"
+                + (
+                    f"; viewer thread busy {100 * entry['viewer_thread_cpu_share_median']:.0f} %"
+                    if "viewer_thread_cpu_share_median" in entry
+                    else ""
+                )
+            )
     print(f"wrote {path}")
 
 

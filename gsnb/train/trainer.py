@@ -34,6 +34,7 @@ from gsnb.train.memory import MemoryWatch, choose_images_on
 from gsnb.train.metrics import StepMetrics
 from gsnb.train.metrics_file import write_metrics
 from gsnb.train.optim import learning_rates, make_optimizer, set_learning_rates
+from gsnb.train.pose_refine import MovedGaussians
 from gsnb.train.rendering import BackendRenderer, Renderer, render_model, screen_absgrad
 from gsnb.train.rundir import RunFolder
 from gsnb.train.strategy import Strategy, make_strategy
@@ -567,7 +568,7 @@ class Trainer(TrainingControl):
 
     def _draw(
         self,
-        model: GaussianModel,
+        model: GaussianModel | MovedGaussians,
         variances: Tensor | None,
         viewmat: Tensor,
         K: Tensor,
@@ -640,7 +641,7 @@ class Trainer(TrainingControl):
         size = sum(p.numel() * p.element_size() for p in self.model.splats.values())
         return stream if 4 * size <= free else None
 
-    def _copy_for(self, side: torch.cuda.Stream) -> tuple[GaussianModel, Tensor | None]:
+    def _copy_for(self, side: torch.cuda.Stream) -> tuple[MovedGaussians, Tensor | None]:
         """The Gaussians (and 3D filter) as they are now, copied on ``side`` (under the lock).
 
         ``side`` waits for the steps queued so far; the next step's updates wait for the
@@ -652,7 +653,10 @@ class Trainer(TrainingControl):
             self.filter3d.variances(self.model.splats, self._step) if self.config.filter3d else None
         )
         with torch.cuda.stream(side):
-            model = GaussianModel(dict(self.model.splats.items()), self.model.background)
+            # plain tensors: a GaussianModel (a module, its checks) would cost the trainer,
+            # which waits on this lock, more than the copy itself
+            copied = {k: v.detach().clone() for k, v in self.model.splats.items()}
+            model = MovedGaussians(copied, self.model.background)
             if variances is not None:
                 variances = variances.clone()
         main.wait_stream(side)

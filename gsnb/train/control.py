@@ -52,6 +52,7 @@ class TrainingControl:
         # syncs) takes it back before a woken waiter runs, so the loop lets them in.
         self._waiting = 0
         self._waiting_lock = threading.Lock()
+        self._served = threading.Condition(self._waiting_lock)  # notified: no one waits
 
     @contextlib.contextmanager
     def _shared_access(self) -> Iterator[None]:
@@ -62,14 +63,16 @@ class TrainingControl:
             with self._lock:
                 yield
         finally:
-            with self._waiting_lock:
+            with self._served:
                 self._waiting -= 1
+                if not self._waiting:
+                    self._served.notify_all()
 
     def _let_waiting_in(self, timeout: float = 0.25) -> None:
-        """Between two steps: hold back while other threads wait for the lock."""
-        deadline = time.perf_counter() + timeout
-        while self._waiting and not self._stop.is_set() and time.perf_counter() < deadline:
-            time.sleep(0.0002)
+        """Between two steps: hold back while other threads wait for the lock (woken as the
+        last one leaves, not by polling: every poll would cost the loop a sleep's slack)."""
+        with self._served:
+            self._served.wait_for(lambda: not self._waiting or self._stop.is_set(), timeout)
 
     @contextlib.contextmanager
     def _guarded(self, guard: InterruptGuard) -> Iterator[InterruptGuard]:
@@ -204,6 +207,8 @@ class TrainingControl:
         """
         self._stop.set()
         self._pause.clear()
+        with self._served:  # a loop letting others in looks at the stop flag again
+            self._served.notify_all()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)

@@ -89,6 +89,9 @@ def loaded_module() -> types.ModuleType | None:
         True
     """
     global _looked
+    module = _module
+    if module is not None:  # every kernel call asks: no lock once a module is in use
+        return module
     with _lock:
         if _module is None and not _looked:
             _looked = True

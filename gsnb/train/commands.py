@@ -216,7 +216,16 @@ def train_worker(args: argparse.Namespace, folder_claimed: bool = False) -> int:
     except process_group.PeerLost as err:
         if not folder_claimed:  # under torchrun: say why; gsnb's launcher names the worker
             print(f"gsnb train: worker {group.rank}: error: {err}", file=sys.stderr)
-        return 1
+            return 1
+        from gsnb.train import launcher
+
+        # gsnb's launcher names the first failure it finds at a look, in rank order: let it
+        # find the worker that died first. Then leave without the process group's teardown,
+        # which aborts (SIGABRT) on a lost peer.
+        time.sleep(launcher.LINGER_SECONDS)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     finally:
         process_group.destroy_process_group()
 

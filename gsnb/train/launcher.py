@@ -48,11 +48,19 @@ class WorkerFailed(RuntimeError):
     """A worker process died or failed; the launcher stopped the others."""
 
 
+MONITOR_SECONDS = 0.5
+"""How often the launcher looks at its workers. It reports the first failure it finds in rank
+order, so a worker that loses a peer waits :data:`LINGER_SECONDS` before it exits: the
+launcher then sees the worker that died, not the one that noticed."""
+
+LINGER_SECONDS = 3 * MONITOR_SECONDS
+
+
 def launch(
     entry: Callable[..., int],
     args: tuple[Any, ...],
     nproc: int,
-    monitor_interval: float = 0.5,
+    monitor_interval: float = MONITOR_SECONDS,
 ) -> int:
     """Run ``entry(*args)`` in ``nproc`` worker processes on this machine; the worst exit code.
 

@@ -74,6 +74,27 @@ class GaussianAdam(torch.optim.Adam):
         """One Adam update of every parameter that has a gradient."""
         if closure is not None or not self._fused():
             return super().step(closure)
+        self._fused_step()
+        return None
+
+    def update(self) -> None:
+        """:meth:`step` for a training loop: the same update, without what torch's
+        ``Optimizer.step`` wraps around every call (a profiler range, step hooks), which on
+        the GPU cost about as much host time as the kernel launch itself. Step hooks do not
+        run."""
+        if not self._fused():
+            self.step()
+            return
+        with torch.no_grad():
+            self._fused_step()
+
+    def clear_grads(self) -> None:
+        """``zero_grad(set_to_none=True)`` without torch's per-call wrapping (as :meth:`update`)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad = None
+
+    def _fused_step(self) -> None:
         params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts = [], [], [], [], [], []
         beta1, beta2 = self.param_groups[0]["betas"]
         for group in self.param_groups:
@@ -101,7 +122,6 @@ class GaussianAdam(torch.optim.Adam):
                 bias2_sqrts=bias2_sqrts[chunk], beta1=beta1, beta2=beta2,
                 eps=self.param_groups[0]["eps"],
             )  # fmt: skip
-        return None
 
     def _fused(self) -> bool:
         """Whether the one-launch kernel applies to every group."""

@@ -291,7 +291,7 @@ class Trainer(TrainingControl):
             idx = ids[0]
             degree = self.sh_degree_now
             bg = step_background(self.background, cfg.random_background, self._gen)
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.clear_grads()
 
             def render(viewmats: Tensor, Ks: Tensor, width: int, height: int) -> RenderResult:
                 return self._render(viewmats, Ks, width, height, degree, bg, self.strategy.absgrad)
@@ -308,7 +308,7 @@ class Trainer(TrainingControl):
             viewmat, K = self.train_images.cameras[idx]
             degree = self.sh_degree_now
             bg = step_background(self.background, cfg.random_background, self._gen)
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.clear_grads()
 
             out = self._render(
                 viewmat, K, width, height, degree, bg, self.strategy.absgrad, view=idx
@@ -355,7 +355,7 @@ class Trainer(TrainingControl):
         self._committing = True
         with guard.commit() if guard is not None else contextlib.nullcontext():
             if not skipped:
-                self.optimizer.step()
+                self.optimizer.update()
                 self.corrections.step(step)
             else:
                 self.skipped_steps += 1

@@ -402,7 +402,7 @@ class Trainer(TrainingControl):
                     raise self._densify_failure(half.step, err) from err
                 events = {k: v for k, v in counts.items() if v}
             self._unfinished = None
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.clear_grads()
             self._step += 1
         if events:
             self._memory.check_growth(self.num_gaussians, self.model.sh_degree)

@@ -388,16 +388,5 @@ def _result(
     notes: list[str],
     timings: dict[str, float],
 ) -> BuildResult:
-    return BuildResult(
-        module=module,
-        name=build.name,
-        key=str(build.manifest["key"]),
-        archs=build.archs,
-        folder=build.folder,
-        log=build.folder / "build.log",
-        cached=cached,
-        seconds=time.perf_counter() - start,
-        notes=notes,
-        timings=dict(timings),
-        manifest=dict(build.manifest),
-    )
+    seconds = time.perf_counter() - start
+    return BuildResult.of_build(build, module, cached, seconds, notes=notes, timings=dict(timings))

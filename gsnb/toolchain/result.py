@@ -53,6 +53,18 @@ class BuildResult:
     timings: dict[str, float] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    @classmethod
+    def of_build(
+        cls, build: Any, module: types.ModuleType | None, cached: bool, seconds: float, **more: Any
+    ) -> BuildResult:
+        """The result for ``build`` (a cache entry: ``name``, ``manifest``, ``archs``,
+        ``folder``); ``more`` sets ``smoke``, ``notes`` or ``timings``."""
+        return cls(
+            module=module, name=build.name, key=str(build.manifest["key"]), archs=build.archs,
+            folder=build.folder, log=build.folder / "build.log", cached=cached, seconds=seconds,
+            manifest=dict(build.manifest), **more,
+        )  # fmt: skip
+
     def summary(self) -> str:
         """One line: module, architectures, cache hit or build time, folder."""
         archs = ", ".join("sm_" + a.replace(".", "") for a in self.archs)

@@ -173,16 +173,6 @@ def _hit(
     if record is None:
         return None
     seconds = time.perf_counter() - start
-    return BuildResult(
-        module=None,
-        name=hit.name,
-        key=str(hit.manifest["key"]),
-        archs=hit.archs,
-        folder=hit.folder,
-        log=hit.folder / "build.log",
-        cached=True,
-        seconds=seconds,
-        smoke=recorded_result(record),
-        timings={"check": seconds},
-        manifest=dict(hit.manifest),
+    return BuildResult.of_build(
+        hit, None, True, seconds, smoke=recorded_result(record), timings={"check": seconds}
     )

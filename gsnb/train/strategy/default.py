@@ -46,6 +46,10 @@ class DefaultStrategy(Strategy):
             (AbsGS, Ye et al. 2024; raise ``grow_grad2d`` to about 8e-4) (default False).
         revised_opacity: give split children ``1 - sqrt(1 - opacity)`` so the pair
             keeps the parent's opacity (Bulò et al. 2024) (default False).
+        opacity_reset: clamp opacities every ``reset_every`` steps (default True, 3DGS).
+            False keeps the rest of the schedule (large Gaussians are still pruned after
+            ``reset_every`` steps): gsplat 1.5.3's DefaultStrategy never resets, because its
+            reset test reads ``step % reset_every == 0 & step > 0``, which is always false.
 
     Example:
         >>> from gsnb.train.strategy import DefaultStrategy
@@ -72,6 +76,7 @@ class DefaultStrategy(Strategy):
     reset_every: int = knob(3000, low=1)
     absgrad: bool = knob(False)
     revised_opacity: bool = knob(False)
+    opacity_reset: bool = knob(True)
 
     def initialize_state(self, scene_scale: float) -> dict[str, Any]:
         """``scene_scale`` and the running sums ``grad2d [N]``, ``count [N]`` (made lazily)."""
@@ -100,7 +105,7 @@ class DefaultStrategy(Strategy):
             counts["pruned"] = self.prune(params, optimizer, state, step)
             state["grad2d"].zero_()
             state["count"].zero_()
-        if step > 0 and step % self.reset_every == 0:
+        if self.resets_at(step):
             ops.reset_opacity(params, optimizer, self.prune_opa * 2.0)
             counts["reset"] = 1
         return counts
@@ -116,7 +121,20 @@ class DefaultStrategy(Strategy):
         if step >= self.refine_stop_iter:
             return False
         refine = step > self.refine_start_iter and step % self.refine_every == 0
-        return refine or (step > 0 and step % self.reset_every == 0)
+        return refine or self.resets_at(step)
+
+    def resets_at(self, step: int) -> bool:
+        """Whether ``step`` clamps the opacities (before ``refine_stop_iter``).
+
+        Example:
+            >>> from gsnb.train.strategy import DefaultStrategy
+            >>> kept = DefaultStrategy(opacity_reset=False)
+            >>> DefaultStrategy().resets_at(3000), kept.resets_at(3000), kept.densifies_at(3000)
+            (True, False, True)
+        """
+        if not self.opacity_reset or step >= self.refine_stop_iter:
+            return False
+        return step > 0 and step % self.reset_every == 0
 
     @torch.no_grad()
     def accumulate(

@@ -112,6 +112,29 @@ def test_opacity_reset_every_reset_every() -> None:
     assert opac.tolist() == pytest.approx([0.01, 0.01, 0.004], rel=1e-4)
 
 
+def test_without_opacity_reset_opacities_stay_and_large_ones_are_still_pruned() -> None:
+    s = DefaultStrategy(refine_start_iter=100, reset_every=300, opacity_reset=False)
+    params, opt, state = setup([0.005, 0.005, 0.5], [0.9, 0.5, 0.5], s)
+    zero = info([(0.0, 0.0)] * 3, [True] * 3)
+    before = params["opacities"].detach().clone()
+    assert not s.resets_at(300) and s.densifies_at(300)
+    assert s.step_post_backward(params, opt, state, 300, zero, 0)["reset"] == 0
+    assert torch.equal(params["opacities"].detach(), before[:3])
+    # the schedule of the large-Gaussian prune still counts from reset_every
+    counts = s.step_post_backward(params, opt, state, 400, zero, 0)
+    assert counts == {"cloned": 0, "split": 0, "pruned": 1, "reset": 0}
+    assert torch.equal(params["opacities"].detach(), before[:2])
+    s.opacity_reset = True  # a live knob: the next reset step clamps again
+    two = info([(0.0, 0.0)] * 2, [True] * 2)
+    assert s.step_post_backward(params, opt, state, 600, two, 0)["reset"] == 1
+    assert torch.sigmoid(params["opacities"].detach()).tolist() == pytest.approx([0.01] * 2)
+
+
+def test_no_reset_from_refine_stop_iter_on() -> None:
+    s = DefaultStrategy(reset_every=300, refine_stop_iter=600)
+    assert s.resets_at(300) and not s.resets_at(600) and not s.resets_at(900)
+
+
 def test_absgrad_uses_the_absolute_gradient() -> None:
     s = DefaultStrategy(absgrad=True)
     params, _opt, state = setup([0.005], [0.5], s)

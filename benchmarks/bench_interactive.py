@@ -2,9 +2,13 @@
 with viewer clients connected, and the viewer's frames per second at 1080p while training.
 
 One trainer trains in its background thread for the whole run; the conditions take turns in
-short windows, several rounds, so that the model's growth (densification) affects them alike;
-medians over rounds are reported with their ratio to headless training. Viewer clients run in
-their own processes (as a browser would) and speak viser's websocket protocol.
+short windows, several rounds, in reversed order every other round. By default the model grows
+(densifies) during ``--warmup`` steps and then keeps its size (``--grow`` densifies throughout):
+a model that grows makes every later window slower, and windows measured in one order would
+charge that growth to the conditions measured last. Medians over rounds are reported with
+their ratio to headless training, and each round's ratio to the headless window of that round.
+Viewer clients run in their own processes (as a browser would) and speak viser's websocket
+protocol.
 
 Conditions:
 - ``headless``: nothing attached.
@@ -17,6 +21,9 @@ Conditions:
   with the default limits).
 - ``viewer_resting_cpu_jpeg``: the same with frames encoded on the CPU (``gpu_jpeg=False``):
   what encoding on the GPU wins.
+- ``viewer_moving_switch1ms``: the same as moving with the interpreter's thread switch interval
+  at 1 ms instead of 5 ms (``sys.setswitchinterval``) for the window: whether the training thread
+  waits for the GIL that the viewer's threads hold.
 - ``viewer_settle``: a client that jumps to another pose every ``--settle-period`` seconds and
   times the wait from the jump to the first full-size frame of the new pose.
 - ``viewer_max``: the same as resting with the limits lifted (``max_fps=240``,
@@ -62,9 +69,11 @@ CONDITIONS = (
     "viewer_resting",
     "viewer_resting_cpu_jpeg",
     "viewer_moving_60fps",
+    "viewer_moving_switch1ms",
     "viewer_settle",
     "viewer_max",
 )
+SWITCH_INTERVAL = sys.getswitchinterval()
 PACKAGES = (
     "viser",
     "websockets",
@@ -221,7 +230,12 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--backend", default="auto", choices=("auto", "cuda", "reference"))
     parser.add_argument("--max-init-points", type=int, default=0, help="cap (default 0: all)")
-    parser.add_argument("--warmup", type=int, default=300, help="steps before measuring")
+    parser.add_argument(
+        "--warmup", type=int, default=4000, help="steps before measuring (default 4000)"
+    )
+    parser.add_argument(
+        "--grow", action="store_true", help="keep densifying while measuring (windows differ)"
+    )
     parser.add_argument("--window", type=float, default=5.0, help="seconds per measurement")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--viewer-size", default="1920x1080", help="canvas (default 1920x1080)")
@@ -268,7 +282,10 @@ def main() -> None:
     print(f"{trainer}; {len(data.train)} views of {data.train[0].width}x{data.train[0].height}")
     if args.fixed_size:
         trainer.set(refine_start_iter=10**9)
-    trainer.run(args.warmup)
+    trainer.run(args.warmup, progress=False)
+    if not args.grow and not args.fixed_size:
+        # the model keeps the size it grew to: every window measures the same step
+        trainer.set(refine_stop_iter=max(trainer.step_count, trainer.strategy.refine_start_iter))
     backend = trainer.render_view(scaled_view(data.train[0], 16)).meta.backend
     print(f"warmed up {args.warmup} steps ({backend} backend), {trainer.num_gaussians} Gaussians")
 
@@ -291,7 +308,7 @@ def main() -> None:
     trainer.start()
     try:
         for round_ in range(args.rounds):
-            for condition in conditions:
+            for condition in conditions if round_ % 2 == 0 else conditions[::-1]:
                 row = results[condition]
                 panel = viewer = client = None
                 if condition == "panel":
@@ -308,8 +325,11 @@ def main() -> None:
                     if condition == "viewer_moving_60fps":
                         options = {"max_fps": 60}
                     viewer = Viewer(trainer, port=0, **options)
+                    if condition == "viewer_moving_switch1ms":
+                        sys.setswitchinterval(0.001)
                     motion = {
                         "viewer_moving": {"move_hz": args.move_hz},
+                        "viewer_moving_switch1ms": {"move_hz": args.move_hz},
                         "viewer_moving_60fps": {"move_hz": args.move_hz},
                         "viewer_settle": {"settle_period": args.settle_period},
                     }.get(condition, {})
@@ -340,6 +360,7 @@ def main() -> None:
                     timings = viewer.frame_timings()
                     row["encoder"] = viewer.encoder.backend
                     viewer.stop()
+                    sys.setswitchinterval(SWITCH_INTERVAL)
                     row.setdefault("frames_per_s", []).append(len(frames) / (end - start))
                     full = [f for f in frames if f[1] == canvas[0]]
                     row.setdefault("full_frames_per_s", []).append(len(full) / (end - start))
@@ -381,7 +402,7 @@ def main() -> None:
     for condition, row in results.items():
         entry: dict[str, Any] = {"steps_per_s_median": statistics.median(row["steps_per_s"])}
         entry["throughput_vs_headless"] = entry["steps_per_s_median"] / headless
-        # each round against the headless window just before it: steadier on a busy machine
+        # each round against that round's headless window: steadier on a busy machine
         paired = [s / h for s, h in zip(row["steps_per_s"], headless_rounds, strict=True)]
         entry["throughput_vs_headless_paired_median"] = statistics.median(paired)
         cpu = statistics.median(row["cpu_s_per_step"])

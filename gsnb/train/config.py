@@ -49,6 +49,11 @@ class TrainConfig:
             choice, 0.1 for the default strategy as INRIA, 0.5 for MCMC as its paper).
         init_scale: factor on the kNN distance that sizes the initial Gaussians
             (default None: the strategy's choice, 1.0 default strategy, 0.1 MCMC).
+        init_rotation: rotations of the initial Gaussians: ``"identity"`` (INRIA's) or
+            ``"random"`` (each quaternion's four components drawn uniformly from [0, 1)
+            with the run's seed, left unnormalised, as gsplat's ``simple_trainer.py`` does).
+            The initial Gaussians are round, so this changes no first render, only the axes
+            along which each one starts to stretch.
         max_init_points: keep at most this many initial points, chosen at random
             with the run's seed (default 0: all).
         lr_means: Adam learning rate of the means at step 0, multiplied by the
@@ -142,6 +147,7 @@ class TrainConfig:
     sh_degree_interval: int = knob(1000, low=1)
     init_opacity: float | None = None
     init_scale: float | None = None
+    init_rotation: str = knob("identity", choices=("identity", "random"), live=False)
     max_init_points: int = knob(0, low=0, live=False)
     lr_means: float = knob(1.6e-4, low=0.0, high=1.0, log=True)
     lr_means_final: float = knob(0.01, low=1e-6, high=1.0, log=True)

@@ -34,12 +34,15 @@ def initial_model(
     init_opacity: float,
     init_scale: float,
     max_points: int = 0,
+    rotation: str = "identity",
     generator: torch.Generator | None = None,
 ) -> GaussianModel:
     """Gaussians on the dataset's ``points [P, 3]`` with ``colors [P, 3]`` in [0, 1].
 
     With ``0 < max_points < P``, a random subset of ``max_points`` points drawn
-    from ``generator`` (kept in their original order).
+    from ``generator`` (kept in their original order). ``rotation="random"`` then
+    draws each quaternion's components uniformly from [0, 1) from ``generator``
+    (see ``TrainConfig.init_rotation``); ``"identity"`` draws nothing.
 
     Example:
         >>> import torch
@@ -65,9 +68,15 @@ def initial_model(
     if 0 < max_points < points.shape[0]:
         keep = torch.randperm(points.shape[0], generator=generator)[:max_points].sort().values
         points, colors = points[keep], colors[keep]
-    return GaussianModel.from_points(
+    if rotation not in ("identity", "random"):
+        raise ValueError(f"rotation must be 'identity' or 'random', got {rotation!r}")
+    model = GaussianModel.from_points(
         points, colors, sh_degree=sh_degree, init_opacity=init_opacity, init_scale=init_scale
     )
+    if rotation == "random":
+        quats = torch.rand(model.num_gaussians, 4, generator=generator)
+        model.splats["quats"].data.copy_(quats)
+    return model
 
 
 def load_view_image(view: View, device: torch.device) -> Tensor:

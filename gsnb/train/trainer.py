@@ -160,6 +160,7 @@ class Trainer(TrainingControl):
                 init_opacity=_or_default(cfg.init_opacity, self.strategy.init_opacity),
                 init_scale=_or_default(cfg.init_scale, self.strategy.init_scale),
                 max_points=cfg.max_init_points,
+                rotation=cfg.init_rotation,
                 generator=self._order.generator,
             )
         self.model = model.to(self.device)

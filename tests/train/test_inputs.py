@@ -39,6 +39,34 @@ def test_initial_model_subsamples_with_the_generator() -> None:
     assert torch.sigmoid(whole.splats["opacities"]).allclose(torch.tensor(0.3))
 
 
+def test_random_initial_rotations_come_from_the_generator_and_change_no_render() -> None:
+    from gsnb.raster import render_splats
+
+    points, colors = torch.rand(30, 3) + torch.tensor([0.0, 0.0, 3.0]), torch.rand(30, 3)
+
+    def make(rotation: str, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        return initial_model(points, colors, sh_degree=0, init_opacity=0.5, init_scale=1.0,
+                             rotation=rotation, generator=g)  # fmt: skip
+
+    identity, a, b, c = make("identity", 0), make("random", 0), make("random", 0), make("random", 1)
+    assert torch.equal(identity.splats["quats"], torch.tensor([[1.0, 0, 0, 0]]).repeat(30, 1))
+    qa = a.splats["quats"].detach()
+    assert torch.equal(qa, b.splats["quats"]) and not torch.equal(qa, c.splats["quats"])
+    assert bool((qa >= 0).all() and (qa < 1).all()) and qa.norm(dim=-1).std() > 0  # unnormalised
+    for key in ("means", "scales", "opacities", "sh0"):
+        assert torch.equal(identity.splats[key], a.splats[key])
+    # round Gaussians: the first render does not depend on their rotation
+    K = torch.tensor([[[40.0, 0, 16], [0, 40.0, 12], [0, 0, 1]]])
+    images = [
+        render_splats(m.splats, torch.eye(4)[None], K, 32, 24, backend="reference").rgb
+        for m in (identity, a)
+    ]
+    assert images[0].amax() > 0.1 and torch.allclose(images[0], images[1], atol=1e-5)
+    with pytest.raises(ValueError, match="rotation"):
+        make("spin", 0)
+
+
 def test_images_and_cameras_of_views(tmp_path: Path) -> None:
     from PIL import Image
 

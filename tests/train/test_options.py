@@ -26,7 +26,8 @@ from gsnb.train.options import (
 GIVEN = [
     "--steps", "123", "--sh-degree", "1", "--downscale", "2", "--test-every", "0",
     "--seed", "7", "--device", "cpu", "--backend", "reference", "--eval-every", "50",
-    "--max-init-points", "99", "--init-scale", "0.5", "--lr-shN", "1e-4",
+    "--max-init-points", "99", "--init-scale", "0.5", "--init-rotation", "random",
+    "--lr-shN", "1e-4",
     "--random-background", "--no-skip-nonfinite", "--checkpoint-every", "10",
     "--strategy", "mcmc",
 ]  # fmt: skip
@@ -57,6 +58,7 @@ def test_gsnb_train_and_gs_train_parse_the_same_config(tmp_path: Path, given: li
     assert cli_args.strategy == magic_args.strategy
     if given:
         assert (from_cli.steps, from_cli.lr_shN, from_cli.init_scale) == (123, 1e-4, 0.5)
+        assert from_cli.init_rotation == "random"
         assert from_cli.random_background and not from_cli.skip_nonfinite
     else:
         expected = TrainConfig(data=from_cli.data, out_dir=str(tmp_path / "run"))

@@ -1,0 +1,217 @@
+"""Several training recipes, several runs each, sharing one GPU: their test PSNR side by side.
+
+A run's test PSNR on the fox varies by about 0.3 dB from run to run (the backward pass sums
+with float atomics, so a seed does not repeat a run on a GPU), so comparing two recipes takes
+about nine runs of each. This starts ``benchmarks/quality_run.py`` processes, ``--parallel``
+at a time, seed by seed across the recipes (so a sweep cut short by ``--deadline`` leaves the
+recipes with equal run counts), and writes ``OUT/quality_sweep.json`` after every finished run:
+the runs, each recipe's mean, SD and standard error, and each recipe's difference from
+``--baseline`` with the standard error of that difference. Runs that share a GPU are not speed
+measurements.
+
+Recipes are named in ``RECIPES`` or given as a JSON file mapping a name to
+``{"strategy": "default"|"mcmc", "strategy_kwargs": {...}, "config": {...}}``::
+
+    python benchmarks/quality_sweep.py .device/fox --recipes default,noreset,random_rotation \\
+        --runs 9 --parallel 12 --steps 7000 --out out/sweep
+
+On a CPU (``GSNB_RUN_DEVICE=cpu GSNB_RUN_BACKEND=reference``), a tiny scene::
+
+    python benchmarks/quality_sweep.py SCENE --downscale 1 --steps 20 --runs 2 --parallel 2 \\
+        --recipes default,noreset --out out/sweep_cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import environment, git_commit, write_json
+
+RUN = Path(__file__).resolve().parent / "quality_run.py"
+RECIPES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "noreset": {"strategy_kwargs": {"opacity_reset": False}},
+    "random_rotation": {"config": {"init_rotation": "random"}},
+    "noreset_random_rotation": {
+        "strategy_kwargs": {"opacity_reset": False},
+        "config": {"init_rotation": "random"},
+    },
+    "revised_opacity": {"strategy_kwargs": {"revised_opacity": True}},
+    "antialiased_filter3d": {"config": {"rasterize_mode": "antialiased", "filter3d": True}},
+    "mcmc": {"strategy": "mcmc"},
+}
+
+
+def load_recipes(spec: str) -> dict[str, dict[str, Any]]:
+    """``spec``: comma-separated names of ``RECIPES``, or the path of a JSON file of recipes.
+
+    Example:
+        >>> sorted(load_recipes("default,noreset"))
+        ['default', 'noreset']
+    """
+    if spec.endswith(".json"):
+        recipes = json.loads(Path(spec).read_text())
+        if not isinstance(recipes, dict) or not all(isinstance(v, dict) for v in recipes.values()):
+            raise ValueError(f"{spec}: expected a JSON object of name -> recipe objects")
+    else:
+        names = [n for n in spec.split(",") if n]
+        unknown = [n for n in names if n not in RECIPES]
+        if unknown:
+            raise ValueError(f"unknown recipes {unknown}; known: {', '.join(RECIPES)}")
+        recipes = {n: RECIPES[n] for n in names}
+    for name, recipe in recipes.items():
+        extra = set(recipe) - {"strategy", "strategy_kwargs", "config"}
+        if extra:
+            raise ValueError(f"recipe {name!r}: unknown keys {sorted(extra)}")
+    return recipes
+
+
+def command(name: str, recipe: dict[str, Any], seed: int, args: argparse.Namespace) -> list[str]:
+    """The ``quality_run.py`` command line of one run."""
+    return [
+        sys.executable, str(RUN), name, str(seed), str(args.steps), str(args.data),
+        str(args.downscale), recipe.get("strategy", "default"),
+        json.dumps(recipe.get("strategy_kwargs", {})), json.dumps(recipe.get("config", {})),
+    ]  # fmt: skip
+
+
+def one_run(cmd: list[str], log: Path) -> dict[str, Any]:
+    """Run one training process; its RESULT row, or the tail of its output when it failed."""
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    log.write_text(done.stdout + done.stderr)
+    rows = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not rows:
+        return {"error": (done.stderr or done.stdout)[-1500:], "returncode": done.returncode}
+    return json.loads(rows[-1].removeprefix("RESULT "))
+
+
+def summarize(runs: list[dict[str, Any]], names: list[str], baseline: str) -> dict[str, Any]:
+    """Per recipe: runs, mean, SD, standard error, Gaussians; and the difference from baseline.
+
+    Example:
+        >>> rows = [{"name": "a", "psnr": 30.0, "n": 5}, {"name": "a", "psnr": 31.0, "n": 7},
+        ...         {"name": "b", "psnr": 31.5, "n": 6}, {"name": "b", "psnr": 32.5, "n": 6}]
+        >>> s = summarize(rows, ["a", "b"], "a")
+        >>> s["b"]["mean"], s["b"]["vs_baseline"]["difference"], s["b"]["vs_baseline"]["se"]
+        (32.0, 1.5, 0.707)
+    """
+    out: dict[str, Any] = {}
+    for name in names:
+        psnr = [r["psnr"] for r in runs if r.get("name") == name and "psnr" in r]
+        entry: dict[str, Any] = {"runs": len(psnr), "psnr": psnr}
+        if psnr:
+            entry["mean"] = round(statistics.fmean(psnr), 3)
+            entry["gaussians_mean"] = round(
+                statistics.fmean(r["n"] for r in runs if r.get("name") == name and "n" in r)
+            )
+        if len(psnr) > 1:
+            entry["sd"] = round(statistics.stdev(psnr), 3)
+            entry["se"] = round(statistics.stdev(psnr) / math.sqrt(len(psnr)), 3)
+        out[name] = entry
+    base = out.get(baseline, {})
+    for name, entry in out.items():
+        if name != baseline and "se" in entry and "se" in base:
+            se = math.hypot(entry["se"], base["se"])
+            diff = entry["mean"] - base["mean"]
+            entry["vs_baseline"] = {"difference": round(diff, 3), "se": round(se, 3)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", type=Path, help="dataset folder (COLMAP or transforms.json)")
+    parser.add_argument("--recipes", default="default,noreset", help="names or a JSON file")
+    parser.add_argument("--baseline", help="recipe the others are compared with (default: first)")
+    parser.add_argument("--runs", type=int, default=9, help="runs per recipe (default 9)")
+    parser.add_argument("--parallel", type=int, default=12, help="runs at once (default 12)")
+    parser.add_argument("--steps", type=int, default=7000)
+    parser.add_argument("--downscale", type=int, default=2)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument(
+        "--deadline", type=float, default=0.0, help="start no run after this many seconds (0: none)"
+    )
+    parser.add_argument("--out", type=Path, default=Path("out/quality_sweep"))
+    args = parser.parse_args()
+    recipes = load_recipes(args.recipes)
+    names = list(recipes)
+    baseline = args.baseline or names[0]
+    if baseline not in recipes:
+        parser.error(f"--baseline {baseline!r} is not one of the recipes {names}")
+    if args.runs < 1 or args.parallel < 1:
+        parser.error("--runs and --parallel must be at least 1")
+    (args.out / "logs").mkdir(parents=True, exist_ok=True)
+    jobs = [
+        (name, seed)
+        for seed in range(args.first_seed, args.first_seed + args.runs)
+        for name in names
+    ]
+    info = environment() | {"commit": git_commit()}
+    runs: list[dict[str, Any]] = []
+    started = time.monotonic()
+
+    def save() -> None:
+        write_json(
+            args.out / "quality_sweep.json",
+            {
+                "benchmark": "quality_sweep",
+                "environment": info,
+                "settings": vars(args) | {"data": str(args.data), "out": str(args.out)},
+                "recipes": recipes,
+                "baseline": baseline,
+                "note": "runs shared one device: quality is comparable, wall_s is not a speed",
+                "summary": summarize(runs, names, baseline),
+                "runs": runs,
+            },
+        )
+
+    pending: dict[Future, tuple[str, int]] = {}
+    with ThreadPoolExecutor(args.parallel) as pool, tqdm(total=len(jobs), unit="run") as bar:
+        queue = list(jobs)
+        while queue or pending:
+            late = args.deadline > 0 and time.monotonic() - started > args.deadline
+            while queue and len(pending) < args.parallel and not late:
+                name, seed = queue.pop(0)
+                log = args.out / "logs" / f"{name}_{seed}.log"
+                cmd = command(name, recipes[name], seed, args)
+                pending[pool.submit(one_run, cmd, log)] = (name, seed)
+            if late:
+                queue.clear()
+            if not pending:
+                break
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                name, seed = pending.pop(future)
+                row = future.result() | {"name": name, "seed": seed}
+                runs.append(row)
+                bar.update()
+                if "error" in row:
+                    tqdm.write(f"{name} seed {seed} failed: {row['error'].splitlines()[-1:]}")
+                save()
+    save()
+    for name, entry in summarize(runs, names, baseline).items():
+        line = f"{name:28s} {entry['runs']} runs"
+        if "mean" in entry:
+            line += f", {entry['mean']:.3f} dB"
+        if "sd" in entry:
+            line += f" (SD {entry['sd']:.3f}, SE {entry['se']:.3f})"
+        if "vs_baseline" in entry:
+            vs = entry["vs_baseline"]
+            line += f", {vs['difference']:+.3f} ± {vs['se']:.3f} against {baseline}"
+        print(line)
+    print(f"wrote {args.out / 'quality_sweep.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""benchmarks/quality_sweep.py runs recipes side by side on the CPU and summarises them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gsnb.data.synthetic import make_synthetic_scene
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import quality_sweep  # noqa: E402
+
+
+def test_two_recipes_two_runs_each_are_summarised_against_the_baseline(tmp_path: Path) -> None:
+    scene = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=100)
+    recipes = tmp_path / "recipes.json"
+    recipes.write_text(json.dumps({"plain": {}, "turned": {"config": {"init_rotation": "random"}}}))
+    env = os.environ | {"GSNB_RUN_DEVICE": "cpu", "GSNB_RUN_BACKEND": "reference"}
+    argv = [str(scene), "--recipes", str(recipes), "--runs", "2", "--parallel", "2",
+            "--steps", "3", "--downscale", "1", "--out", str(tmp_path / "out")]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "quality_sweep.py"), *argv],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "out" / "quality_sweep.json").read_text())
+    assert sorted((r["name"], r["seed"]) for r in result["runs"]) == [
+        ("plain", 0), ("plain", 1), ("turned", 0), ("turned", 1)
+    ]  # fmt: skip
+    assert all("error" not in r and 0 < r["psnr"] < 100 for r in result["runs"])
+    summary = result["summary"]
+    assert result["baseline"] == "plain" and summary["plain"]["runs"] == 2
+    turned = summary["turned"]
+    assert turned["vs_baseline"]["difference"] == pytest.approx(
+        turned["mean"] - summary["plain"]["mean"], abs=2e-3
+    )
+    assert (tmp_path / "out" / "logs" / "turned_1.log").read_text()
+    assert "against plain" in done.stdout
+
+
+def test_a_failed_run_is_recorded_with_its_error(tmp_path: Path) -> None:
+    args = quality_sweep.argparse.Namespace(steps=3, data=tmp_path / "missing", downscale=1)
+    cmd = quality_sweep.command("plain", {}, 0, args)
+    row = quality_sweep.one_run(cmd, tmp_path / "log.txt")
+    assert row["returncode"] != 0 and row["error"]
+
+
+def test_recipes_are_checked() -> None:
+    assert quality_sweep.load_recipes("noreset")["noreset"]["strategy_kwargs"] == {
+        "opacity_reset": False
+    }
+    with pytest.raises(ValueError, match="unknown recipes"):
+        quality_sweep.load_recipes("default,nonsense")

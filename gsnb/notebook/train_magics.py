@@ -18,6 +18,7 @@ from gsnb.train.options import (
     add_out_option,
     add_resume_option,
     add_strategy_option,
+    strategy_from_args,
 )
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
         if args.resume:  # as gsnb train --resume: DATA (a variable or a folder), steps, device, out
             trainer = resume_run(args, Path(args.out) if args.out else None, dataset)
         else:
-            trainer = Trainer(dataset, config, strategy=args.strategy)
+            trainer = Trainer(dataset, config, strategy=strategy_from_args(args))
         if folder is not None:
             preflight(trainer, folder)
     except BaseException:
@@ -209,7 +210,6 @@ def start_workers(args: argparse.Namespace, namespace: dict[str, Any]) -> Any:
         train_command,
     )
     from gsnb.train.remote import CONTROL_ENV, RunControl, serve_store
-    from gsnb.train.strategy import make_strategy
 
     if args.out is None:
         raise UsageError("%gs_train --nproc needs --out: the workers write their results there")
@@ -222,7 +222,7 @@ def start_workers(args: argparse.Namespace, namespace: dict[str, Any]) -> Any:
         raise UsageError("%gs_train --nproc: the workers start at once; leave out --no-start")
     try:
         config = train_config(args, Path(args.data))
-        strategy = make_strategy(args.strategy)
+        strategy = strategy_from_args(args)
     except ValueError as err:
         raise UsageError(f"%gs_train: {err}") from None
     forget_stale_viewer(Path(args.out))

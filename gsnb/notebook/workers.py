@@ -455,14 +455,14 @@ def train_command(args: Any) -> list[str]:
         >>> train_command(args)[3:]
         ['train', 'data/fox', '--out', 'r', '--strategy', 'default', '--nproc', '2', '--steps', '9']
     """
-    from gsnb.train.options import config_argv
+    from gsnb.train.options import config_argv, strategy_argv
 
     command = [sys.executable, "-m", "gsnb.cli", "train", str(args.data), "--out", str(args.out)]
     if args.resume:
         command += ["--resume", str(args.resume)]
     if args.overwrite:
         command.append("--overwrite")
-    command += ["--strategy", args.strategy, "--nproc", str(args.nproc)]
+    command += [*strategy_argv(args), "--nproc", str(args.nproc)]
     if args.viewer:
         command += ["--viewer", "--viewer-port", str(args.port)]
     return command + config_argv(args)

@@ -35,6 +35,8 @@ from gsnb.train.options import (
     add_resume_option,
     add_strategy_option,
     ignored_on_resume,
+    strategy_from_args,
+    strategy_settings,
 )
 from gsnb.train.rundir import RunFolder, checkpoint_bytes, ply_bytes
 from gsnb.train.strategy import Strategy, make_strategy
@@ -135,6 +137,7 @@ def train(args: argparse.Namespace) -> int:
             from gsnb.data.dataset import load_dataset
 
             config = train_config(args)
+            strategy = strategy_from_args(args)
             data = load_dataset(
                 args.data,
                 downscale=config.downscale,
@@ -142,7 +145,7 @@ def train(args: argparse.Namespace) -> int:
                 cache_dir=config.cache_dir,
             )
             claim_folder(folder, args, "gsnb train")  # only once the data loaded: no empty folders
-            trainer = Trainer(data, config, strategy=args.strategy, progress=not args.no_progress)
+            trainer = Trainer(data, config, strategy=strategy, progress=not args.no_progress)
         preflight(trainer, folder, progress=not args.no_progress)
         close_viewer = _start_viewer(args, trainer, out)
     except (OSError, ValueError, RuntimeError, ImportError) as err:
@@ -168,6 +171,8 @@ def _launch_workers(args: argparse.Namespace) -> int:
     folder = RunFolder(out)
     try:
         batch = None if args.resume else (args.batch_size or 1)  # a resume: the checkpoint's
+        if not args.resume:
+            strategy_from_args(args)  # refuse a wrong strategy option before starting workers
         launcher.check_workers(args.nproc, args.device or "auto", batch)
         claim_folder(folder, args, "gsnb train")
     except (OSError, ValueError, RuntimeError) as err:
@@ -290,13 +295,14 @@ def _worker_trainer(args: argparse.Namespace, out: Path, progress: bool) -> Trai
     from gsnb.data.dataset import load_dataset
 
     config = train_config(args)
+    strategy = strategy_from_args(args)
     data = load_dataset(
         args.data,
         downscale=config.downscale,
         test_every=config.test_every,
         cache_dir=config.cache_dir,
     )
-    return DistributedTrainer(data, config, strategy=args.strategy, progress=progress)
+    return DistributedTrainer(data, config, strategy=strategy, progress=progress)
 
 
 def _leave(trainer: Any) -> None:
@@ -686,20 +692,23 @@ def demo_schedule(steps: int) -> dict[str, int]:
     }
 
 
-def demo_strategy(name: str, steps: int, cap: int) -> Strategy:
+def demo_strategy(name: str, steps: int, cap: int, **given: Any) -> Strategy:
     """The demo's strategy for a run of ``steps``: MCMC capped at ``cap`` Gaussians, or the
-    3DGS recipe without opacity resets (too short a run to recover from one).
+    3DGS recipe without opacity resets (too short a run to recover from one); knobs ``given``
+    on the command line replace these.
 
     Example:
         >>> demo_strategy("mcmc", 700, 3000).cap_max
         3000
+        >>> demo_strategy("mcmc", 700, 3000, cap_max=500).cap_max
+        500
     """
     settings = demo_schedule(steps)
     if name == "mcmc":
         settings |= {"cap_max": cap}
     else:
         settings |= {"reset_every": 10**9}
-    return make_strategy(name, **settings)
+    return make_strategy(name, **(settings | given))
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -756,7 +765,7 @@ def _new_demo(
     )
     config.data = str(Path(root).resolve())  # recorded in checkpoints: --resume finds it
     data = load_dataset(root, downscale=config.downscale, test_every=config.test_every)
-    strategy = demo_strategy(args.strategy, config.steps, preset["cap"])
+    strategy = demo_strategy(args.strategy, config.steps, preset["cap"], **strategy_settings(args))
     return Trainer(data, config, strategy=strategy)
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from gsnb.train.config import TrainConfig
 from gsnb.train.knobs import attribute_docs
-from gsnb.train.strategy import STRATEGIES
+from gsnb.train.strategy import STRATEGIES, Strategy, make_strategy
 
 NOT_OPTIONS = ("data", "out_dir")
 """TrainConfig fields without an option of their own: DATA is positional, ``out_dir`` is --out."""
@@ -233,6 +233,106 @@ def add_strategy_option(parser: argparse.ArgumentParser, default: str = "default
         help="densification: 'default' (3DGS clone/split/prune, Kerbl et al. 2023) or 'mcmc' "
         f"(3DGS as MCMC, Kheradmand et al. 2024) (default: {show_default(default)})",
     )
+    group = parser.add_argument_group(STRATEGY_TITLE)
+    for name, owners in strategy_knobs().items():
+        docs = {strategy: attribute_docs(STRATEGIES[strategy]) for strategy in owners}
+        help_text = "; ".join(
+            f"{strategy}: {option_help(docs[strategy].get(name, ''), f.default).rstrip('.')}"
+            for strategy, f in owners.items()
+        )
+        field_type = _value_type(typing.get_type_hints(STRATEGIES[next(iter(owners))])[name])
+        if field_type is bool:
+            group.add_argument(
+                option_name(name),
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
+            )
+        else:
+            group.add_argument(
+                option_name(name),
+                type=field_type,
+                default=None,
+                metavar=_metavar(field_type),
+                help=help_text,
+            )
+
+
+STRATEGY_TITLE = (
+    "densification settings (live; each names the strategies it applies to, and a run "
+    "of another strategy refuses it)"
+)
+
+
+def strategy_knobs() -> dict[str, dict[str, dataclasses.Field]]:
+    """The strategies' knobs: ``{field: {strategy name: its dataclass field}}``, in order.
+
+    Example:
+        >>> knobs = strategy_knobs()
+        >>> sorted(knobs["refine_every"]), list(knobs["cap_max"])
+        (['default', 'mcmc'], ['mcmc'])
+    """
+    found: dict[str, dict[str, dataclasses.Field]] = {}
+    for strategy, cls in STRATEGIES.items():
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("knob"):
+                found.setdefault(f.name, {})[strategy] = f
+    return found
+
+
+def strategy_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The strategy knobs ``args`` gives (``--grow-grad2d 3e-4`` -> ``{"grow_grad2d": 3e-4}``).
+
+    Raises ``ValueError`` for an option of another strategy than ``args.strategy``.
+
+    Example:
+        >>> strategy_settings(argparse.Namespace(strategy="default", grow_grad2d=3e-4))
+        {'grow_grad2d': 0.0003}
+        >>> strategy_settings(argparse.Namespace(strategy="default", cap_max=10))
+        Traceback (most recent call last):
+        ...
+        ValueError: --cap-max applies to --strategy mcmc, not default
+    """
+    given: dict[str, Any] = {}
+    for name, owners in strategy_knobs().items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if args.strategy not in owners:
+            names = " or ".join(sorted(owners))
+            raise ValueError(
+                f"{option_name(name)} applies to --strategy {names}, not {args.strategy}"
+            )
+        given[name] = value
+    return given
+
+
+def strategy_from_args(args: argparse.Namespace, **defaults: Any) -> Strategy:
+    """The strategy ``args`` names, with its knobs given there over ``defaults``.
+
+    Example:
+        >>> s = strategy_from_args(argparse.Namespace(strategy="mcmc", cap_max=5000))
+        >>> type(s).__name__, s.cap_max
+        ('MCMCStrategy', 5000)
+    """
+    return make_strategy(args.strategy, **(defaults | strategy_settings(args)))
+
+
+def strategy_argv(args: argparse.Namespace) -> list[str]:
+    """``--strategy`` and the strategy knobs ``args`` gives, as a command line.
+
+    Example:
+        >>> strategy_argv(argparse.Namespace(strategy="default", opacity_reset=False))
+        ['--strategy', 'default', '--no-opacity-reset']
+    """
+    argv = ["--strategy", args.strategy]
+    for name in strategy_knobs():
+        value = getattr(args, name, None)
+        if isinstance(value, bool):
+            argv.append(option_name(name) if value else "--no-" + option_name(name)[2:])
+        elif value is not None:
+            argv += [option_name(name), str(value)]
+    return argv
 
 
 def add_out_option(
@@ -296,15 +396,14 @@ RESUME_OPTIONS = ("steps", "device", "checkpoint_every", "checkpoint_minutes", "
 def ignored_on_resume(args: argparse.Namespace) -> list[str]:
     """The options given with ``--resume`` that the resumed run does not take.
 
+    The strategy's knobs come from the checkpoint too.
+
     Example:
-        >>> ignored_on_resume(argparse.Namespace(steps=9000, sh_degree=1, seed=None))
-        ['--sh-degree']
+        >>> ignored_on_resume(argparse.Namespace(steps=9000, sh_degree=1, grow_grad2d=3e-4))
+        ['--sh-degree', '--grow-grad2d']
     """
-    return [
-        option_name(name)
-        for name in CONFIG_OPTIONS
-        if name not in RESUME_OPTIONS and getattr(args, name, None) is not None
-    ]
+    names = [n for n in CONFIG_OPTIONS if n not in RESUME_OPTIONS] + list(strategy_knobs())
+    return [option_name(n) for n in names if getattr(args, n, None) is not None]
 
 
 def add_nproc_option(parser: argparse.ArgumentParser) -> None:

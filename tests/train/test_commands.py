@@ -12,7 +12,7 @@ import torch
 from gsnb.cli import main
 from gsnb.data.synthetic import make_synthetic_scene
 from gsnb.export.ply import read_ply
-from gsnb.train import Trainer
+from gsnb.train import Trainer, commands
 
 
 def test_demo_writes_checkpoint_ply_and_video(tmp_path: Path, capsys) -> None:
@@ -149,3 +149,36 @@ def test_summary_says_which_pixels_the_test_metrics_measured(tmp_path: Path, cap
         assert json.loads((out / "summary.json").read_text())["test"]["protocol"] == protocol
         text = capsys.readouterr().out
         assert ("right halves" in text) == (protocol == "right halves"), text
+
+
+def test_strategy_options_reach_the_run_and_its_checkpoint(tmp_path: Path, capsys) -> None:
+    data = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=100)
+    out = tmp_path / "run"
+    common = [str(data), "--out", str(out), "--no-progress", "--device", "cpu", "--steps", "2"]
+    given = ["--no-opacity-reset", "--grow-grad2d", "3e-4", "--refine-every", "50"]
+    assert main(["train", *common, *given]) == 0
+    strategy = Trainer.resume_from(out / "checkpoint.pt").strategy
+    assert (strategy.opacity_reset, strategy.grow_grad2d, strategy.refine_every) == (
+        False, 3e-4, 50
+    )  # fmt: skip
+    assert strategy.reset_every == 3000  # an option left out keeps the strategy's default
+    capsys.readouterr()
+    # another strategy's option is refused before anything is loaded or written
+    assert main(["train", *common[:1], "--out", str(tmp_path / "o"), "--cap-max", "9"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "gsnb train: error: --cap-max applies to --strategy mcmc, not default"
+    assert not (tmp_path / "o").exists()
+    # a range the strategy refuses, in one line
+    assert main(["train", *common[:1], "--out", str(tmp_path / "p"), "--prune-opa", "2"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gsnb train: error:") and "prune_opa" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_demo_takes_strategy_options_over_its_own(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), "--steps", "4", "--size", "16", "--views", "4"]
+    assert main([*args, "--no-progress", "--device", "cpu", "--refine-stop-iter", "2"]) == 0
+    strategy = Trainer.resume_from(out / "checkpoint.pt").strategy  # the demo's MCMC
+    assert strategy.refine_stop_iter == 2  # given
+    assert strategy.cap_max == commands.demo_strategy("mcmc", 4, 3000).cap_max == 3000  # its own

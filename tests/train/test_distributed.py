@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from gsnb.train import TrainConfig, Trainer
@@ -47,9 +48,12 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, world: int, port: int, data, out: str) -> None:
+    # The store is the test's, as an elastic launcher's agent holds it for its workers: a
+    # process 0 that served it would take it down while process 1 may still be leaving.
     os.environ.update(
         RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0",
     )  # fmt: skip
     from gsnb.train import distributed, process_group
 
@@ -80,8 +84,9 @@ def _join(context, seconds: float) -> None:
 @starts_workers
 def test_two_processes_equal_one_and_their_checkpoint_resumes_in_one(make_scene, tmp_path) -> None:
     data = make_scene(views=5)
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     context = mp.start_processes(
-        _worker, args=(2, _free_port(), data, str(tmp_path)), nprocs=2, join=False,
+        _worker, args=(2, store.port, data, str(tmp_path)), nprocs=2, join=False,
         start_method="spawn",
     )  # fmt: skip
     single = Trainer(data, TrainConfig(**CONFIG), strategy=schedule())

@@ -20,6 +20,7 @@ from gsnb.train.options import (
     add_config_options,
     option_name,
     stated_defaults,
+    strategy_settings,
 )
 
 # A value unlike the default for options of every kind: int, float, choice, bool, optional float.
@@ -29,7 +30,7 @@ GIVEN = [
     "--max-init-points", "99", "--init-scale", "0.5", "--init-rotation", "random",
     "--lr-shN", "1e-4",
     "--random-background", "--no-skip-nonfinite", "--checkpoint-every", "10",
-    "--strategy", "mcmc",
+    "--strategy", "mcmc", "--cap-max", "5000", "--refine-every", "50",
 ]  # fmt: skip
 
 
@@ -56,6 +57,8 @@ def test_gsnb_train_and_gs_train_parse_the_same_config(tmp_path: Path, given: li
     from_magic = train_magics.train_config(magic_args, tmp_path / "scene")
     assert from_cli == from_magic
     assert cli_args.strategy == magic_args.strategy
+    assert strategy_settings(cli_args) == strategy_settings(magic_args)
+    assert strategy_settings(cli_args) == ({"cap_max": 5000, "refine_every": 50} if given else {})
     if given:
         assert (from_cli.steps, from_cli.lr_shN, from_cli.init_scale) == (123, 1e-4, 0.5)
         assert from_cli.init_rotation == "random"

@@ -233,17 +233,18 @@ def main() -> None:
     parser.add_argument(
         "--warmup", type=int, default=4000, help="steps before measuring (default 4000)"
     )
-    parser.add_argument(
-        "--grow", action="store_true", help="keep densifying while measuring (windows differ)"
-    )
     parser.add_argument("--window", type=float, default=5.0, help="seconds per measurement")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--viewer-size", default="1920x1080", help="canvas (default 1920x1080)")
     parser.add_argument(
         "--conditions", default=",".join(CONDITIONS), help="comma-separated subset (default all)"
     )
-    parser.add_argument(
-        "--fixed-size", action="store_true", help="no densification: every window alike"
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
+        "--grow", action="store_true", help="keep densifying while measuring (windows differ)"
+    )
+    size.add_argument(
+        "--fixed-size", action="store_true", help="no densification at all, warm-up included"
     )
     parser.add_argument("--no-build", action="store_true", help="do not build the extension")
     parser.add_argument(
@@ -281,10 +282,10 @@ def main() -> None:
     trainer = Trainer(data, config)
     print(f"{trainer}; {len(data.train)} views of {data.train[0].width}x{data.train[0].height}")
     if args.fixed_size:
-        trainer.set(refine_start_iter=10**9)
+        trainer.set(refine_start_iter=0, refine_stop_iter=0)
     trainer.run(args.warmup, progress=False)
     if not args.grow and not args.fixed_size:
-        # the model keeps the size it grew to: every window measures the same step
+        # the model keeps the size it grew to: every window measures a model of one size
         trainer.set(refine_stop_iter=max(trainer.step_count, trainer.strategy.refine_start_iter))
     backend = trainer.render_view(scaled_view(data.train[0], 16)).meta.backend
     print(f"warmed up {args.warmup} steps ({backend} backend), {trainer.num_gaussians} Gaussians")

@@ -4,7 +4,8 @@ A run's test PSNR on the fox varies by about 0.3 dB from run to run (the backwar
 with float atomics, so a seed does not repeat a run on a GPU), so comparing two recipes takes
 about nine runs of each. This starts ``benchmarks/quality_run.py`` processes, ``--parallel``
 at a time, seed by seed across the recipes (so a sweep cut short by ``--deadline`` leaves the
-recipes with equal run counts), and writes ``OUT/quality_sweep.json`` after every finished run:
+recipes within one run of each other, failed runs aside), and writes ``OUT/quality_sweep.json``
+after every finished run:
 the runs, each recipe's mean, SD and standard error, and each recipe's difference from
 ``--baseline`` with the standard error of that difference. Runs that share a GPU are not speed
 measurements.
@@ -87,9 +88,17 @@ def command(name: str, recipe: dict[str, Any], seed: int, args: argparse.Namespa
     ]  # fmt: skip
 
 
-def one_run(cmd: list[str], log: Path) -> dict[str, Any]:
-    """Run one training process; its RESULT row, or the tail of its output when it failed."""
-    done = subprocess.run(cmd, capture_output=True, text=True)
+def one_run(cmd: list[str], log: Path, timeout: float | None = None) -> dict[str, Any]:
+    """Run one training process; its RESULT row, or the tail of its output when it failed
+    (or ran past ``timeout`` seconds)."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        text = (err.stdout or b"").decode(errors="replace") + (err.stderr or b"").decode(
+            errors="replace"
+        )
+        log.write_text(text)
+        return {"error": f"ran past {timeout} s", "returncode": None}
     log.write_text(done.stdout + done.stderr)
     rows = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not rows:
@@ -120,12 +129,18 @@ def summarize(runs: list[dict[str, Any]], names: list[str], baseline: str) -> di
             entry["sd"] = round(statistics.stdev(psnr), 3)
             entry["se"] = round(statistics.stdev(psnr) / math.sqrt(len(psnr)), 3)
         out[name] = entry
-    base = out.get(baseline, {})
-    for name, entry in out.items():
-        if name != baseline and "se" in entry and "se" in base:
-            se = math.hypot(entry["se"], base["se"])
-            diff = entry["mean"] - base["mean"]
-            entry["vs_baseline"] = {"difference": round(diff, 3), "se": round(se, 3)}
+    exact = {
+        name: [r["psnr"] for r in runs if r.get("name") == name and "psnr" in r] for name in out
+    }
+    base = exact.get(baseline, [])
+    for name, psnr in exact.items():
+        if name != baseline and len(psnr) > 1 and len(base) > 1:
+            se = math.hypot(
+                statistics.stdev(psnr) / math.sqrt(len(psnr)),
+                statistics.stdev(base) / math.sqrt(len(base)),
+            )
+            diff = statistics.fmean(psnr) - statistics.fmean(base)
+            out[name]["vs_baseline"] = {"difference": round(diff, 3), "se": round(se, 3)}
     return out
 
 
@@ -141,6 +156,9 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument(
         "--deadline", type=float, default=0.0, help="start no run after this many seconds (0: none)"
+    )
+    parser.add_argument(
+        "--run-timeout", type=float, default=3600.0, help="seconds before a run counts as failed"
     )
     parser.add_argument("--out", type=Path, default=Path("out/quality_sweep"))
     args = parser.parse_args()
@@ -185,7 +203,7 @@ def main() -> None:
                 name, seed = queue.pop(0)
                 log = args.out / "logs" / f"{name}_{seed}.log"
                 cmd = command(name, recipes[name], seed, args)
-                pending[pool.submit(one_run, cmd, log)] = (name, seed)
+                pending[pool.submit(one_run, cmd, log, args.run_timeout)] = (name, seed)
             if late:
                 queue.clear()
             if not pending:

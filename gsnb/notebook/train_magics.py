@@ -106,6 +106,7 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
     if isinstance(previous, Trainer) and previous.run_folder is not None and not previous.running:
         previous.run_folder.release()  # the variable is about to hold the new run
     config = train_config(args, path)
+    strategy = None if args.resume else strategy_from_args(args)  # refused before any loading
     if dataset is None and not args.resume:
         dataset = load_dataset(
             path,
@@ -120,7 +121,7 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
         if args.resume:  # as gsnb train --resume: DATA (a variable or a folder), steps, device, out
             trainer = resume_run(args, Path(args.out) if args.out else None, dataset)
         else:
-            trainer = Trainer(dataset, config, strategy=strategy_from_args(args))
+            trainer = Trainer(dataset, config, strategy=strategy)
         if folder is not None:
             preflight(trainer, folder)
     except BaseException:
@@ -210,6 +211,7 @@ def start_workers(args: argparse.Namespace, namespace: dict[str, Any]) -> Any:
         train_command,
     )
     from gsnb.train.remote import CONTROL_ENV, RunControl, serve_store
+    from gsnb.train.strategy import make_strategy
 
     if args.out is None:
         raise UsageError("%gs_train --nproc needs --out: the workers write their results there")
@@ -222,7 +224,8 @@ def start_workers(args: argparse.Namespace, namespace: dict[str, Any]) -> Any:
         raise UsageError("%gs_train --nproc: the workers start at once; leave out --no-start")
     try:
         config = train_config(args, Path(args.data))
-        strategy = strategy_from_args(args)
+        # a resume takes the checkpoint's strategy: its workers warn about options given
+        strategy = make_strategy(args.strategy) if args.resume else strategy_from_args(args)
     except ValueError as err:
         raise UsageError(f"%gs_train: {err}") from None
     forget_stale_viewer(Path(args.out))

@@ -644,7 +644,13 @@ def demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--views", type=int, help="number of cameras (default 24 CPU, 48 GPU)")
     parser.add_argument("--no-video", action="store_true", help="skip the orbit video")
     add_progress_option(parser)
-    add_strategy_option(parser, default=DEMO_STRATEGY)
+    add_strategy_option(
+        parser,
+        default=DEMO_STRATEGY,
+        note="gsnb demo scales refine_start_iter, refine_every and refine_stop_iter to --steps, "
+        "caps MCMC at its preset count and turns the default strategy's opacity resets off "
+        "(reset_every 10**9); an option given here replaces the demo's value",
+    )
     add_config_options(parser, DEMO_DEFAULTS, default_text={"steps": "700 on CPU, 3000 on GPU"})
 
 
@@ -722,6 +728,8 @@ def demo(args: argparse.Namespace) -> int:
     preset = demo_settings(device)
     folder = RunFolder(out)
     try:
+        if not args.resume:
+            strategy_settings(args)  # another strategy's option: refused before any work
         claim_folder(folder, args, "gsnb demo")
         trainer = resume_run(args, out) if args.resume else _new_demo(args, out, device, preset)
         preflight(trainer, folder)

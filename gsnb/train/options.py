@@ -217,8 +217,11 @@ def stated_defaults() -> dict[str, str]:
 
 
 # ------------------------------------------------- shared non-config options
-def add_strategy_option(parser: argparse.ArgumentParser, default: str = "default") -> None:
-    """``--strategy``: the densification strategy, a Trainer argument rather than a setting.
+def add_strategy_option(
+    parser: argparse.ArgumentParser, default: str = "default", note: str | None = None
+) -> None:
+    """``--strategy``: the densification strategy, a Trainer argument rather than a setting,
+    and an option for each knob of the strategies (``note``: how this entry point sets them).
 
     Example:
         >>> parser = argparse.ArgumentParser()
@@ -233,7 +236,7 @@ def add_strategy_option(parser: argparse.ArgumentParser, default: str = "default
         help="densification: 'default' (3DGS clone/split/prune, Kerbl et al. 2023) or 'mcmc' "
         f"(3DGS as MCMC, Kheradmand et al. 2024) (default: {show_default(default)})",
     )
-    group = parser.add_argument_group(STRATEGY_TITLE)
+    group = parser.add_argument_group(STRATEGY_TITLE, note)
     for name, owners in strategy_knobs().items():
         docs = {strategy: attribute_docs(STRATEGIES[strategy]) for strategy in owners}
         help_text = "; ".join(
@@ -399,11 +402,16 @@ def ignored_on_resume(args: argparse.Namespace) -> list[str]:
     The strategy's knobs come from the checkpoint too.
 
     Example:
-        >>> ignored_on_resume(argparse.Namespace(steps=9000, sh_degree=1, grow_grad2d=3e-4))
-        ['--sh-degree', '--grow-grad2d']
+        >>> ignored_on_resume(argparse.Namespace(steps=9000, sh_degree=1, opacity_reset=False))
+        ['--sh-degree', '--no-opacity-reset']
     """
     names = [n for n in CONFIG_OPTIONS if n not in RESUME_OPTIONS] + list(strategy_knobs())
-    return [option_name(n) for n in names if getattr(args, n, None) is not None]
+    given = [(n, getattr(args, n, None)) for n in names]
+    return [
+        option_name(n) if value is not False else "--no-" + option_name(n)[2:]
+        for n, value in given
+        if value is not None
+    ]
 
 
 def add_nproc_option(parser: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ import torch.multiprocessing as mp
 
 from gsnb.train import TrainConfig, Trainer
 from gsnb.train.strategy import DefaultStrategy
+from tests.train import workers
 
 
 def starts_workers(test):
@@ -66,7 +67,7 @@ def _worker(rank: int, world: int, port: int, data, out: str) -> None:
     trainer.leave_group()
     if rank == 0:
         torch.save({k: v.detach() for k, v in trainer.model.splats.items()}, Path(out) / "end.pt")
-    process_group.destroy_process_group()
+    workers.leave()
 
 
 def _join(context, seconds: float) -> None:

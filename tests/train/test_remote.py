@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 
 from gsnb.train import TrainConfig
 from gsnb.train.remote import CONTROL_ENV, ControlLink, RunControl, serve_store
+from tests.train import workers
 
 STEPS = 100_000  # more than the test needs: it stops the run (Ctrl-C) once it has seen enough
 CONFIG = dict(batch_size=2, steps=STEPS, device="cpu", backend="reference", sh_degree=0)
@@ -44,7 +45,7 @@ def _worker(rank: int, port: int, address: str, data, out: str, config: dict) ->
     with contextlib.suppress(KeyboardInterrupt):  # the test stops the run with Ctrl-C
         trainer.run()
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(seen))
-    process_group.destroy_process_group()
+    workers.leave()
 
 
 def _wait(what, seconds: float, control: RunControl, context) -> dict:

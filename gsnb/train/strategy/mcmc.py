@@ -33,7 +33,7 @@ class MCMCStrategy(Strategy):
         noise_lr: factor from the means' learning rate to the noise scale
             (default 5e5, 3DGS-MCMC).
         refine_start_iter: first step that relocates and grows (default 500).
-        refine_stop_iter: last step that relocates and grows (default 25000).
+        refine_stop_iter: no relocation or growth from this step on (default 25000).
         refine_every: relocate and grow every this many steps (default 100).
         min_opacity: Gaussians at or below this opacity count as dead (default 0.005).
         grow_rate: fraction by which the count grows at each refine step (default 0.05).

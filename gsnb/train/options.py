@@ -65,6 +65,16 @@ def option_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+def option_as_given(field: str, value: object) -> str:
+    """The option as a command line gives ``value``: ``--no-X`` for a false switch.
+
+    Example:
+        >>> option_as_given("opacity_reset", False), option_as_given("steps", 70)
+        ('--no-opacity-reset', '--steps')
+    """
+    return "--no-" + option_name(field)[2:] if value is False else option_name(field)
+
+
 def add_config_options(
     parser: argparse.ArgumentParser,
     defaults: Mapping[str, Any] | None = None,
@@ -158,7 +168,7 @@ def config_argv(args: argparse.Namespace) -> list[str]:
         if value is None:
             continue
         if isinstance(value, bool):
-            argv.append(option_name(name) if value else "--no-" + option_name(name)[2:])
+            argv.append(option_as_given(name, value))
         else:
             argv += [option_name(name), str(value)]
     return argv
@@ -295,6 +305,10 @@ def strategy_settings(args: argparse.Namespace) -> dict[str, Any]:
         Traceback (most recent call last):
         ...
         ValueError: --cap-max applies to --strategy mcmc, not default
+        >>> strategy_settings(argparse.Namespace(strategy="mcmc", opacity_reset=False))
+        Traceback (most recent call last):
+        ...
+        ValueError: --no-opacity-reset applies to --strategy default, not mcmc
     """
     given: dict[str, Any] = {}
     for name, owners in strategy_knobs().items():
@@ -303,9 +317,8 @@ def strategy_settings(args: argparse.Namespace) -> dict[str, Any]:
             continue
         if args.strategy not in owners:
             names = " or ".join(sorted(owners))
-            raise ValueError(
-                f"{option_name(name)} applies to --strategy {names}, not {args.strategy}"
-            )
+            given_as = option_as_given(name, value)
+            raise ValueError(f"{given_as} applies to --strategy {names}, not {args.strategy}")
         given[name] = value
     return given
 
@@ -332,7 +345,7 @@ def strategy_argv(args: argparse.Namespace) -> list[str]:
     for name in strategy_knobs():
         value = getattr(args, name, None)
         if isinstance(value, bool):
-            argv.append(option_name(name) if value else "--no-" + option_name(name)[2:])
+            argv.append(option_as_given(name, value))
         elif value is not None:
             argv += [option_name(name), str(value)]
     return argv
@@ -407,11 +420,7 @@ def ignored_on_resume(args: argparse.Namespace) -> list[str]:
     """
     names = [n for n in CONFIG_OPTIONS if n not in RESUME_OPTIONS] + list(strategy_knobs())
     given = [(n, getattr(args, n, None)) for n in names]
-    return [
-        option_name(n) if value is not False else "--no-" + option_name(n)[2:]
-        for n, value in given
-        if value is not None
-    ]
+    return [option_as_given(n, value) for n, value in given if value is not None]
 
 
 def add_nproc_option(parser: argparse.ArgumentParser) -> None:

@@ -67,7 +67,10 @@ class KnobPanel:
 
     A change in the browser calls ``trainer.set`` (applied at the next step); a
     refused value is reported in :attr:`message` and the control goes back.
-    :meth:`sync` shows changes made elsewhere (the notebook panel, a cell).
+    :meth:`sync` shows changes made elsewhere (the notebook panel, a cell). viser
+    stores a browser's value before it runs the change callback on its thread
+    pool, so :meth:`sync` leaves alone a control whose value it did not show
+    itself: that edit is still on its way to the trainer.
 
     Example:
         >>> # knobs = KnobPanel(server.gui, trainer); knobs.sync()
@@ -77,6 +80,7 @@ class KnobPanel:
         self.trainer = trainer
         self.handles: dict[str, Any] = {}
         self.specs: dict[str, ControlSpec] = {}
+        self._shown: dict[str, Any] = {}  # the value each control last got from the trainer
         self._lock = threading.Lock()
         folders: dict[str, Any] = {}
         self.message = gui.add_markdown("")
@@ -90,34 +94,37 @@ class KnobPanel:
             handle.on_update(self._callback(knob.name))
             self.handles[knob.name] = handle
             self.specs[knob.name] = spec
+            self._shown[knob.name] = handle.value
 
     def _callback(self, name: str) -> Any:
         def changed(event: Any) -> None:
             if event.client is None:  # our own sync() set it
                 return
-            value = event.target.value
-            if self.specs[name].kind == "color":
-                value = rgb_to_hex(value)
-            try:
-                self.trainer.set(**{name: value})
-                self.message.content = ""
-            except ValueError as err:
-                self.message.content = f"**{name}:** {err}"
+            with self._lock:
+                shown = self._shown[name] = event.target.value
+                value = rgb_to_hex(shown) if self.specs[name].kind == "color" else shown
+                try:
+                    self.trainer.set(**{name: value})
+                    refused = ""
+                except ValueError as err:
+                    refused = f"**{name}:** {err}"
+            self.message.content = refused
+            if refused:
                 self.sync()
 
         return changed
 
     def sync(self) -> None:
         """Show the trainer's current values (queued changes included)."""
-        pending = self.trainer.pending_knobs
         with self._lock:
+            pending = self.trainer.pending_knobs
             for knob in self.trainer.knobs():
                 handle = self.handles.get(knob.name)
-                if handle is None:
-                    continue
+                if handle is None or handle.value != self._shown[knob.name]:
+                    continue  # a browser edit whose callback has not run yet
                 spec = self.specs[knob.name]
                 value = clamp_to_control(spec, pending.get(knob.name, knob.value))
                 if spec.kind == "color":
                     value = hex_to_rgb(value)
                 if handle.value != value:
-                    handle.value = value
+                    handle.value = self._shown[knob.name] = value

@@ -108,7 +108,7 @@ def test_the_knobs_in_the_browser_reach_the_trainer_and_follow_it(trainer, viewe
         assert trainer.config.ssim_lambda == 0.5
         box = find(client, "GuiNumberMessage", "refine_every")
         trainer.set(refine_every=7)
-        for message in client.messages(5.0):
+        for message in client.messages(15.0):
             if message["type"] == "GuiUpdateMessage" and message["uuid"] == box["uuid"]:
                 assert message["updates"] == {"value": 7}
                 break

@@ -7,6 +7,7 @@ camera centre to the Gaussian. Degrees 0 to 3, so ``K = (degree + 1) ** 2`` is
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -94,8 +95,9 @@ def eval_sh(degree: int, coeffs: Tensor, dirs: Tensor) -> Tensor:
                     + C3[5] * z * (xx - yy) * coeffs[..., 14, :]
                     + C3[6] * x * (xx - 3.0 * yy) * coeffs[..., 15, :]
                 )
-    # Degree 0 ignores dirs, yet the result must still broadcast over them (one colour per camera).
-    batch = torch.broadcast_shapes(coeffs.shape[:-2], dirs.shape[:-1])
+    # Degree 0 ignores dirs, yet the result must still broadcast over them (one colour per
+    # camera). numpy's broadcast of two shapes: torch's first call imports sympy (0.3 s).
+    batch = np.broadcast_shapes(tuple(coeffs.shape[:-2]), tuple(dirs.shape[:-1]))
     return torch.clamp_min(result + 0.5, 0.0).expand(*batch, 3)
 
 

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from gsnb.train.checkpoint import to_cpu
+from gsnb.train.optim import Adam
 
 PROTOCOL_FULL = "full images of held-out views"
 """Evaluation protocol without test halves: test views are held out whole."""
@@ -126,7 +127,7 @@ class ExposureCorrection:
         self.names = list(names)
         self._index = {name: i for i, name in enumerate(self.names)}
         self.matrices = nn.Parameter(identity_exposures(len(self.names), device))
-        self.optimizer = torch.optim.Adam([self.matrices], lr=0.01)
+        self.optimizer = Adam([self.matrices], lr=0.01)
 
     def index_of(self, name: str) -> int | None:
         """The transform of the image ``name``, or None when it has none (not trained)."""

@@ -46,7 +46,41 @@ def learning_rates(config: TrainConfig, step: int, extent: float) -> dict[str, f
     return rates
 
 
-class GaussianAdam(torch.optim.Adam):
+class Adam(torch.optim.Adam):
+    """:class:`torch.optim.Adam` that starts without importing ``torch._dynamo``.
+
+    torch wraps ``add_param_group``, ``state_dict`` and ``load_state_dict`` in a lazy
+    ``torch._dynamo.disable`` whose first call imports ``torch._dynamo``: more than a second
+    of a run's start-up. gsnb never compiles its optimizers, so these call the wrapped
+    functions directly; everything else is torch's.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> opt = Adam([nn.Parameter(torch.zeros(2))], lr=0.1)
+        >>> sorted(opt.state_dict())
+        ['param_groups', 'state']
+    """
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a parameter group (:meth:`torch.optim.Optimizer.add_param_group`)."""
+        _unwrapped(torch.optim.Optimizer.add_param_group)(self, param_group)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state (:meth:`torch.optim.Optimizer.state_dict`)."""
+        return _unwrapped(torch.optim.Optimizer.state_dict)(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a state (:meth:`torch.optim.Optimizer.load_state_dict`)."""
+        _unwrapped(torch.optim.Optimizer.load_state_dict)(self, state_dict)
+
+
+def _unwrapped(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` without the decorator that wraps it (``functools.wraps``'s ``__wrapped__``)."""
+    return getattr(method, "__wrapped__", method)
+
+
+class GaussianAdam(Adam):
     """Adam with one parameter group per splat tensor; on the GPU one kernel launch per step.
 
     The update is :class:`torch.optim.Adam`'s (same state: ``step``, ``exp_avg``,

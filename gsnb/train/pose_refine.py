@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from gsnb.raster.api import activate_splats
 from gsnb.train.checkpoint import to_cpu
+from gsnb.train.optim import Adam
 
 _SMALL = 1e-4
 """Below this angle (radians) the series of sin and cos replace their quotients."""
@@ -216,7 +217,7 @@ class PoseRefinement:
         self._index = {name: i for i, name in enumerate(self.names)}
         self.extent = float(extent)
         self.params = nn.Parameter(torch.zeros(len(self.names), 6, device=device))
-        self.optimizer = torch.optim.Adam([self.params], lr=1e-5)
+        self.optimizer = Adam([self.params], lr=1e-5)
         # Whether any correction may be non-zero: until then rendering skips the move.
         self.learned = False
 

@@ -66,3 +66,46 @@ def test_the_one_launch_adam_takes_only_float32_host_step_states() -> None:
     assert _kernel_state(good, p)
     assert not _kernel_state(good | {"exp_avg_sq": torch.zeros(4, 3, dtype=torch.float64)}, p)
     assert not _kernel_state(good | {"exp_avg": torch.zeros(3, 4).t()}, p)
+
+
+def test_a_trainer_starts_and_saves_without_importing_torch_dynamo(tmp_path) -> None:
+    """torch's optimizers import torch._dynamo (over a second) on their first add_param_group
+    or state_dict; a trainer's optimizers (Gaussians, exposures, poses) do not."""
+    import subprocess
+    import sys
+
+    from gsnb.data.synthetic import make_synthetic_scene
+
+    make_synthetic_scene(tmp_path / "scene", num_views=3, size=(16, 12), num_points=20, samples=1)
+    script = f"""
+import sys
+from gsnb.data.dataset import load_dataset
+from gsnb.train import TrainConfig, Trainer
+trainer = Trainer(load_dataset({str(tmp_path / "scene")!r}), TrainConfig(steps=5, device="cpu"))
+state = trainer.optimizer.state_dict()
+trainer.optimizer.load_state_dict(state)
+corrections = trainer.corrections.state_dict()
+trainer.corrections.load_state_dict(corrections)
+print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_adam_without_the_dynamo_wrappers_saves_and_loads_as_torch_adam() -> None:
+    from gsnb.train.optim import Adam
+
+    p, q = nn.Parameter(torch.ones(3)), nn.Parameter(torch.ones(3))
+    ours, theirs = Adam([p], lr=0.1), torch.optim.Adam([q], lr=0.1)
+    for param, opt in ((p, ours), (q, theirs)):
+        param.grad = torch.tensor([1.0, -2.0, 3.0])
+        opt.step()
+    assert torch.equal(p, q)
+    assert str(ours.state_dict()) == str(theirs.state_dict())
+    fresh = Adam([nn.Parameter(torch.ones(3))], lr=0.5)
+    fresh.load_state_dict(theirs.state_dict())
+    assert fresh.param_groups[0]["lr"] == 0.1
+    assert torch.equal(fresh.state_dict()["state"][0]["exp_avg"], theirs.state[q]["exp_avg"])

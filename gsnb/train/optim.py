@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -50,9 +51,10 @@ class Adam(torch.optim.Adam):
     """:class:`torch.optim.Adam` that starts without importing ``torch._dynamo``.
 
     torch wraps ``add_param_group``, ``state_dict`` and ``load_state_dict`` in a lazy
-    ``torch._dynamo.disable`` whose first call imports ``torch._dynamo``: more than a second
-    of a run's start-up. gsnb never compiles its optimizers, so these call the wrapped
-    functions directly; everything else is torch's.
+    ``torch._dynamo.disable``, and ``step`` in graph breaks for ``torch.compile``; the first
+    call of each imports ``torch._dynamo``: more than a second of a run's start-up. gsnb
+    never compiles its optimizers, so these call the wrapped functions directly;
+    everything else is torch's.
 
     Example:
         >>> import torch
@@ -61,6 +63,13 @@ class Adam(torch.optim.Adam):
         >>> sorted(opt.state_dict())
         ['param_groups', 'state']
     """
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """One update (:meth:`torch.optim.Adam.step`)."""
+        if self.defaults["differentiable"]:
+            return super().step(closure)
+        return _unwrapped(torch.optim.Adam.step)(self, closure)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a parameter group (:meth:`torch.optim.Optimizer.add_param_group`)."""
@@ -76,8 +85,8 @@ class Adam(torch.optim.Adam):
 
 
 def _unwrapped(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` without the decorator that wraps it (``functools.wraps``'s ``__wrapped__``)."""
-    return getattr(method, "__wrapped__", method)
+    """``method`` without the decorators that wrap it (their ``functools.wraps`` chain)."""
+    return inspect.unwrap(method)
 
 
 class GaussianAdam(Adam):

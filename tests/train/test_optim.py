@@ -68,9 +68,9 @@ def test_the_one_launch_adam_takes_only_float32_host_step_states() -> None:
     assert not _kernel_state(good | {"exp_avg": torch.zeros(3, 4).t()}, p)
 
 
-def test_a_trainer_starts_and_saves_without_importing_torch_dynamo(tmp_path) -> None:
-    """torch's optimizers import torch._dynamo (over a second) on their first add_param_group
-    or state_dict; a trainer's optimizers (Gaussians, exposures, poses) do not."""
+def test_a_trainer_starts_steps_and_saves_without_importing_torch_dynamo(tmp_path) -> None:
+    """torch's optimizers import torch._dynamo (over a second) on their first add_param_group,
+    step or state_dict; a trainer's optimizers (Gaussians, exposures, poses) do not."""
     import subprocess
     import sys
 
@@ -81,7 +81,9 @@ def test_a_trainer_starts_and_saves_without_importing_torch_dynamo(tmp_path) -> 
 import sys
 from gsnb.data.dataset import load_dataset
 from gsnb.train import TrainConfig, Trainer
-trainer = Trainer(load_dataset({str(tmp_path / "scene")!r}), TrainConfig(steps=5, device="cpu"))
+config = TrainConfig(steps=5, device="cpu", exposure=True, pose_refine=True)
+trainer = Trainer(load_dataset({str(tmp_path / "scene")!r}), config)
+trainer.run(3)
 state = trainer.optimizer.state_dict()
 trainer.optimizer.load_state_dict(state)
 corrections = trainer.corrections.state_dict()

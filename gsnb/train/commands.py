@@ -502,10 +502,11 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
     report: dict[str, Any] = {
         "steps": trainer.step_count,
         "seconds": round(trainer.train_seconds, 3),
-        "leg": {
+        "leg": {  # this command's part of a resumed run: training time on the same clock
             "from_step": trainer.leg_start_step,
             "steps": trainer.step_count - trainer.leg_start_step,
-            "seconds": round(seconds, 3),
+            "seconds": round(trainer.train_seconds - trainer.leg_start_seconds, 3),
+            "wall_seconds": round(seconds, 3),  # the loop, checkpoints and callbacks included
         },
         "num_gaussians": trainer.num_gaussians,
         "strategy": trainer.strategy.name,

@@ -175,7 +175,6 @@ class TrainingControl:
                     continue
                 metrics = self._step_locked(gated=True)
                 if metrics is not None:
-                    self._status = "running"
                     self._after_step(metrics)
                 self._let_waiting_in()
         except BaseException as err:

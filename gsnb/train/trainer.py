@@ -204,6 +204,7 @@ class Trainer(TrainingControl):
         # Training time of the whole run (all legs), and since the last checkpoint.
         self.train_seconds = 0.0
         self.leg_start_step = 0
+        self.leg_start_seconds = 0.0
         self._since_checkpoint = 0.0
         self._write_seconds = 0.0
         width, height = self.train_images.max_size
@@ -245,8 +246,11 @@ class Trainer(TrainingControl):
 
     def _step_locked(self, gated: bool) -> StepMetrics | None:
         with self._lock:
-            if gated and (self._pause.is_set() or self._stop.is_set()):
-                return None
+            if gated:
+                if self._pause.is_set() or self._stop.is_set():
+                    return None
+                # under the lock: a pause() that waits for this step sets "paused" after it
+                self._status = "running"
             self._apply_pending()
             if self._unfinished is not None:  # a step whose densification failed: finish it
                 return self._densify_and_count(self._unfinished)
@@ -842,6 +846,7 @@ class Trainer(TrainingControl):
         self.skipped_steps = state.skipped_steps
         self.train_seconds = state.seconds
         self.leg_start_step = state.step
+        self.leg_start_seconds = state.seconds
         if state.pending_knobs:
             self.set(**state.pending_knobs)
 

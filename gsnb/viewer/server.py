@@ -423,6 +423,11 @@ class Viewer:
     def _send_frame(self, client_id: int, planner: FramePlanner, request: FrameRequest) -> None:
         client = self.server.get_clients().get(client_id)
         if client is None:
+            # gone, perhaps before its connect callback ran: a planner left behind would
+            # keep asking for frames and the loop would never sleep
+            with self._clients_lock:
+                if self._planners.get(client_id) is planner:
+                    del self._planners[client_id]
             return
         from viser._messages import BackgroundImageMessage
 

@@ -27,16 +27,18 @@ def panel_threads() -> int:
 
 
 class FailingRender:
-    """``gsnb.render``, except that call number ``fail_at`` raises (as a lost device would)."""
+    """``gsnb.render``, except that the training thread's call number ``fail_at`` raises (as
+    a lost device would); the panel's own renders are not counted."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.fail_at = -1
 
     def __call__(self, *args, **kwargs):
-        self.calls += 1
-        if self.calls == self.fail_at:
-            raise RuntimeError("the device went away")
+        if threading.current_thread().name == "gsnb-trainer":
+            self.calls += 1
+            if self.calls == self.fail_at:
+                raise RuntimeError("the device went away")
         return gsnb.render(*args, **kwargs)
 
 
@@ -86,10 +88,11 @@ def test_an_error_in_the_thread_shows_with_its_traceback_and_start_runs_again(ma
     render = FailingRender()
     trainer = make_trainer(steps=6, renderer=render)
     panels.append(panel := TrainingPanel(trainer))
-    render.fail_at = render.calls + 3  # the third training step
+    render.fail_at = 3  # the third training step
     with pytest.warns(UserWarning, match="the device went away"):
         panel.start_button.click()
-        wait_until(lambda: trainer.status == "failed")
+        # "failed" is set before the warning and the thread's end: wait for both
+        wait_until(lambda: trainer.status == "failed" and not trainer.running)
     panel.update(force=True)
     assert "failed" in panel.status.value
     assert "the device went away" in panel.error.value

@@ -187,6 +187,7 @@ def test_nproc_panel_shows_the_live_run_and_steers_every_worker(shell, scene_roo
     try:
         # process 0's metrics reach the curves while the run goes on
         _until(lambda: len(panel.curves.loss) >= 3, 150, "live curves", run)
+        panel.update(force=True)  # the panel thread may be between the curves and the counter
         assert run.running and panel.progress.value >= 3 and run.status == "running"
         panel.knobs.controls["ssim_lambda"].value = 0.5  # the panel's control, as a user does
         _until(lambda: run.config.ssim_lambda == 0.5, 30, "knob applied", run)

@@ -343,7 +343,12 @@ def test_a_resume_appends_metrics_and_the_summary_reports_the_whole_run(
     assert steps == [1, 2, 3, 4, 5]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 5 and summary["leg"]["from_step"] == 3
-    assert summary["leg"]["steps"] == 2 and summary["seconds"] >= summary["leg"]["seconds"]
+    assert summary["leg"]["steps"] == 2
+    step_times = [json.loads(line)["step_time"] for line in (out / "metrics.jsonl").open()]
+    # the whole run and this leg in training time, one clock: sums of the steps' times
+    assert summary["seconds"] == pytest.approx(sum(step_times), abs=2e-3)
+    assert summary["leg"]["seconds"] == pytest.approx(sum(step_times[3:]), abs=2e-3)
+    assert summary["leg"]["wall_seconds"] >= summary["leg"]["seconds"]
     assert "gsnb train: 2 steps in" in text and "resumed at step 3, the whole run: 5 steps" in text
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -43,7 +44,12 @@ def _worker(rank: int, port: int, address: str, data, out: str, config: dict) ->
     seen: list[tuple[int, float, float]] = []  # step, ssim_lambda it used, wall time
     trainer.on_step(lambda m: seen.append((m.step, trainer.config.ssim_lambda, time.time())))
     with contextlib.suppress(KeyboardInterrupt):  # the test stops the run with Ctrl-C
-        trainer.run()
+        try:
+            trainer.run()
+        finally:
+            # The test signals the workers one after the other: a worker that stopped with
+            # the other may get its Ctrl-C only now, once, and must not die of it.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(seen))
     workers.leave()
 

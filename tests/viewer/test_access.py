@@ -44,7 +44,7 @@ def test_a_client_without_the_secret_gets_nothing_and_cannot_turn_a_knob(trainer
                 {"type": "GuiUpdateMessage", "uuid": knob["uuid"], "updates": {"value": 0.5}}
             )
             stranger.send({"type": "GuiUpdateMessage", "uuid": "x", "updates": {}})
-            received.extend(stranger.messages(2.0))
+            received.extend(stranger.messages(30.0))  # the refusal ends it
         assert closed.value.rcvd is not None and closed.value.rcvd.code == REFUSED, url
         assert received == [], url  # not one message: no scene, no GUI, no frame
     time.sleep(0.3)
@@ -86,7 +86,7 @@ def test_stop_and_start_again_frees_the_port_and_serves_a_new_secret(viewers):
         viewer.show()  # prints the new URL outside a notebook, serving again
         assert viewer.port == port and viewer.url != old
         with pytest.raises(ConnectionClosed), ViewerClient(old) as stale:
-            list(stale.messages(2.0))
+            list(stale.messages(30.0))  # the refusal ends it
     threads = [t for t in __import__("threading").enumerate() if t.name == "gsnb-viewer"]
     assert len(threads) == 1  # no orphaned frame loop
 
@@ -137,7 +137,7 @@ def test_a_killed_kernel_leaves_no_server_and_its_page_cannot_join_the_next(view
     viewer = viewers(model, port=port, mode="render")  # the new kernel takes the same port
     # the old page's websocket does not get in
     with pytest.raises(ConnectionClosed), ViewerClient(old) as stale:
-        list(stale.messages(2.0))
+        list(stale.messages(30.0))  # the refusal ends it
     with ViewerClient(viewer.url) as client:
         client.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
         assert client.next_frame().ndim == 3

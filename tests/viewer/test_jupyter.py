@@ -65,8 +65,8 @@ def jupyter_like() -> Iterator[tuple[str, list[str]]]:
 def test_the_server_is_asked_whether_it_proxies_the_port(jupyter_like):
     url, seen = jupyter_like
     server = JupyterServer(url, "/user/ada/", "secret-token")
-    assert proxy_works(server, 4242)
-    assert not proxy_works(server, 4343)  # 404: no proxy route
+    assert proxy_works(server, 4242, timeout=30)
+    assert not proxy_works(server, 4343, timeout=30)  # 404: no proxy route
     assert seen == [
         "/user/ada/proxy/4242/ token secret-token",
         "/user/ada/proxy/4343/ token secret-token",

@@ -201,6 +201,8 @@ class WorkerRun:
         self._eval_callbacks: list[Callable[[EvalResult], Any]] = []
         self._lock = threading.Lock()
         self._next_read = 0.0
+        self._undelivered: list[StepMetrics | EvalResult] = []  # read, not yet called back
+        self._delivering = False
 
     # ---------------------------------------------------------- progress
     def poll(self, force: bool = False) -> None:
@@ -214,17 +216,39 @@ class WorkerRun:
                 status, steps, evals = self.control.read()
             except (RuntimeError, ValueError):  # no answer yet; the next poll tries again
                 return
-        self._take_knob_values(status.get("knobs", {}))
-        new_steps = [StepMetrics(**d) for d in steps]
-        new_evals = [EvalResult(step=d["step"], psnr=d["psnr"], ssim=d["ssim"]) for d in evals]
-        self.history += new_steps
-        self.evals += new_evals
-        for step in new_steps:
-            for on_step in list(self._step_callbacks):
-                on_step(step)
-        for result in new_evals:
-            for on_eval in list(self._eval_callbacks):
-                on_eval(result)
+            self._take_knob_values(status.get("knobs", {}))
+            new_steps = [StepMetrics(**d) for d in steps]
+            new_evals = [EvalResult(step=d["step"], psnr=d["psnr"], ssim=d["ssim"]) for d in evals]
+            self.history += new_steps  # in the order read, whichever thread polls
+            self.evals += new_evals
+            self._undelivered += new_steps + new_evals
+        self._deliver()
+
+    def _deliver(self) -> None:
+        """Call back what was read, in the order read: one thread at a time delivers (another
+        poll meanwhile leaves its part to it), and no lock is held during a callback."""
+        with self._lock:
+            if self._delivering:
+                return
+            self._delivering = True
+        try:
+            while True:
+                with self._lock:
+                    batch, self._undelivered = self._undelivered, []
+                    if not batch:
+                        self._delivering = False  # in the same hold: nothing is left behind
+                        return
+                for item in batch:
+                    if isinstance(item, StepMetrics):
+                        for on_step in list(self._step_callbacks):
+                            on_step(item)
+                    else:
+                        for on_eval in list(self._eval_callbacks):
+                            on_eval(item)
+        except BaseException:
+            with self._lock:
+                self._delivering = False
+            raise
 
     def _take_knob_values(self, values: dict[str, Any]) -> None:
         for name, value in values.items():

@@ -70,7 +70,8 @@ class KnobPanel:
     :meth:`sync` shows changes made elsewhere (the notebook panel, a cell). viser
     stores a browser's value before it runs the change callback on its thread
     pool, so :meth:`sync` leaves alone a control whose value it did not show
-    itself: that edit is still on its way to the trainer.
+    itself (that edit is still on its way to the trainer), and writes a control only
+    when the trainer's value changed since it last showed one.
 
     Example:
         >>> # knobs = KnobPanel(server.gui, trainer); knobs.sync()
@@ -126,5 +127,5 @@ class KnobPanel:
                 value = clamp_to_control(spec, pending.get(knob.name, knob.value))
                 if spec.kind == "color":
                     value = hex_to_rgb(value)
-                if handle.value != value:
+                if value != self._shown[knob.name]:  # changed elsewhere: only then written
                     handle.value = self._shown[knob.name] = value

@@ -536,11 +536,13 @@ class Trainer(TrainingControl):
             return dict(self._pending)
 
     def _apply_pending(self) -> None:
-        with self._pending_lock:
-            pending, self._pending = self._pending, {}
-        for name, value in pending.items():
-            owner = self.config if hasattr(self.config, name) else self.strategy
-            setattr(owner, name, value)
+        with self._pending_lock:  # set, then unqueued: a reader sees the new value either way
+            try:
+                for name, value in self._pending.items():
+                    owner = self.config if hasattr(self.config, name) else self.strategy
+                    setattr(owner, name, value)
+            finally:
+                self._pending = {}
 
     # ---------------------------------------------------------- callbacks
     def on_step(self, callback: Callable[[StepMetrics], Any]) -> Callable[[], None]:

@@ -53,7 +53,8 @@ class Adam(torch.optim.Adam):
     torch wraps ``add_param_group``, ``state_dict`` and ``load_state_dict`` in a lazy
     ``torch._dynamo.disable``, and ``step`` in graph breaks for ``torch.compile``; the first
     call of each imports ``torch._dynamo``: more than a second of a run's start-up. gsnb
-    never compiles its optimizers, so these call the wrapped functions directly;
+    never compiles its optimizers, so these call the wrapped functions directly
+    (``inspect.unwrap``);
     everything else is torch's.
 
     Example:
@@ -69,24 +70,19 @@ class Adam(torch.optim.Adam):
         """One update (:meth:`torch.optim.Adam.step`)."""
         if self.defaults["differentiable"]:
             return super().step(closure)
-        return _unwrapped(torch.optim.Adam.step)(self, closure)
+        return inspect.unwrap(torch.optim.Adam.step)(self, closure)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a parameter group (:meth:`torch.optim.Optimizer.add_param_group`)."""
-        _unwrapped(torch.optim.Optimizer.add_param_group)(self, param_group)
+        inspect.unwrap(torch.optim.Optimizer.add_param_group)(self, param_group)
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state (:meth:`torch.optim.Optimizer.state_dict`)."""
-        return _unwrapped(torch.optim.Optimizer.state_dict)(self)
+        return inspect.unwrap(torch.optim.Optimizer.state_dict)(self)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a state (:meth:`torch.optim.Optimizer.load_state_dict`)."""
-        _unwrapped(torch.optim.Optimizer.load_state_dict)(self, state_dict)
-
-
-def _unwrapped(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` without the decorators that wrap it (their ``functools.wraps`` chain)."""
-    return inspect.unwrap(method)
+        inspect.unwrap(torch.optim.Optimizer.load_state_dict)(self, state_dict)
 
 
 class GaussianAdam(Adam):

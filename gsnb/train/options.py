@@ -36,7 +36,7 @@ import re
 import types
 import typing
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gsnb.train.config import TrainConfig
@@ -162,14 +162,17 @@ def config_argv(args: argparse.Namespace) -> list[str]:
         ...     parser.parse_args(argv))
         True
     """
+    return _given_argv(args, CONFIG_OPTIONS)
+
+
+def _given_argv(args: argparse.Namespace, names: Iterable[str]) -> list[str]:
+    """The options ``names`` that ``args`` gives (not None), as a command line."""
     argv: list[str] = []
-    for name in CONFIG_OPTIONS:
+    for name in names:
         value = getattr(args, name, None)
-        if value is None:
-            continue
         if isinstance(value, bool):
             argv.append(option_as_given(name, value))
-        else:
+        elif value is not None:
             argv += [option_name(name), str(value)]
     return argv
 
@@ -341,14 +344,7 @@ def strategy_argv(args: argparse.Namespace) -> list[str]:
         >>> strategy_argv(argparse.Namespace(strategy="default", opacity_reset=False))
         ['--strategy', 'default', '--no-opacity-reset']
     """
-    argv = ["--strategy", args.strategy]
-    for name in strategy_knobs():
-        value = getattr(args, name, None)
-        if isinstance(value, bool):
-            argv.append(option_as_given(name, value))
-        elif value is not None:
-            argv += [option_name(name), str(value)]
-    return argv
+    return ["--strategy", args.strategy, *_given_argv(args, strategy_knobs())]
 
 
 def add_out_option(

@@ -54,8 +54,7 @@ class Adam(torch.optim.Adam):
     ``torch._dynamo.disable``, and ``step`` in graph breaks for ``torch.compile``; the first
     call of each imports ``torch._dynamo``: more than a second of a run's start-up. gsnb
     never compiles its optimizers, so these call the wrapped functions directly
-    (``inspect.unwrap``);
-    everything else is torch's.
+    (``inspect.unwrap``); everything else is torch's.
 
     Example:
         >>> import torch

@@ -21,9 +21,14 @@ Conditions:
   with the default limits).
 - ``viewer_resting_cpu_jpeg``: the same with frames encoded on the CPU (``gpu_jpeg=False``):
   what encoding on the GPU wins.
+- ``viewer_moving_60fps``: the same as moving with ``max_fps=60`` (the default while training is
+  30): what twice the frame rate costs.
 - ``viewer_moving_switch1ms``: the same as moving with the interpreter's thread switch interval
   at 1 ms instead of 5 ms (``sys.setswitchinterval``) for the window: whether the training thread
   waits for the GIL that the viewer's threads hold.
+- ``viewer_moving_no_render`` and ``viewer_moving_no_encode``: ablations of moving, not uses: the
+  viewer reuses its first render (no render, no trainer lock) or its first JPEG (no encoding) of
+  each size, so the rest of a frame's path is what the window costs: which stage costs training.
 - ``viewer_settle``: a client that jumps to another pose every ``--settle-period`` seconds and
   times the wait from the jump to the first full-size frame of the new pose.
 - ``viewer_max``: the same as resting with the limits lifted (``max_fps=240``,
@@ -70,6 +75,8 @@ CONDITIONS = (
     "viewer_resting_cpu_jpeg",
     "viewer_moving_60fps",
     "viewer_moving_switch1ms",
+    "viewer_moving_no_render",
+    "viewer_moving_no_encode",
     "viewer_settle",
     "viewer_max",
 )
@@ -209,6 +216,50 @@ def frame_breakdown(trainer, view, gpu: bool, repeat: int = 10) -> dict[str, Any
     }
 
 
+SCHEDULES = {"auto": 0, "spin": 1, "yield": 2, "block": 4}  # cudaDeviceSchedule* flags
+
+
+def set_cuda_schedule(name: str) -> None:
+    """Set how host threads wait for the GPU (``cudaSetDeviceFlags``) in this process; must run
+    before the CUDA context exists. ``auto`` leaves the driver's choice."""
+    if name == "auto" or not torch.cuda.is_available():
+        return
+    import ctypes
+
+    with open("/proc/self/maps") as maps:  # the CUDA runtime torch loaded
+        path = next(line.split()[-1] for line in maps if "libcudart" in line)
+    code = ctypes.CDLL(path).cudaSetDeviceFlags(ctypes.c_uint(SCHEDULES[name]))
+    if code != 0:
+        raise RuntimeError(f"cudaSetDeviceFlags({name}) failed with CUDA error {code}")
+
+
+@contextlib.contextmanager
+def window_range(name: str) -> Any:
+    """An NVTX range named ``name`` on a CUDA machine (``nsys`` shows it), else nothing."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    torch.cuda.nvtx.range_push(name)
+    try:
+        yield
+    finally:
+        torch.cuda.nvtx.range_pop()
+
+
+def reuse_first(stage: Any, key: Any) -> Any:
+    """``stage`` that computes once per ``key(argument)`` and then returns that first result:
+    an ablation that takes the stage's work out of a frame's path."""
+    first: dict[Any, Any] = {}
+
+    def reused(argument: Any) -> Any:
+        k = key(argument)
+        if k not in first:
+            first[k] = stage(argument)
+        return first[k]
+
+    return reused
+
+
 def thread_cpu(trainer: Any, viewer: Any) -> dict[str, float]:
     """CPU seconds so far of the training thread and of the viewer's frame thread (Linux)."""
     found: dict[str, float] = {}
@@ -253,7 +304,15 @@ def main() -> None:
     parser.add_argument(
         "--settle-period", type=float, default=1.0, help="seconds between jumps (viewer_settle)"
     )
+    parser.add_argument(
+        "--cuda-schedule",
+        default="auto",
+        choices=tuple(SCHEDULES),
+        help="how a CUDA wait waits (cudaSetDeviceFlags): the driver's choice, spin, yield or "
+        "block (default auto: spin when there are more cores than GPUs)",
+    )
     args = parser.parse_args()
+    set_cuda_schedule(args.cuda_schedule)  # before anything makes the CUDA context
     conditions = args.conditions.split(",")
     if "headless" not in conditions or not set(conditions) <= set(CONDITIONS):
         parser.error(f"--conditions: headless plus any of {', '.join(CONDITIONS)}")
@@ -328,10 +387,17 @@ def main() -> None:
                     viewer = Viewer(trainer, port=0, **options)
                     if condition == "viewer_moving_switch1ms":
                         sys.setswitchinterval(0.001)
+                    if condition == "viewer_moving_no_render":
+                        viewer.render = reuse_first(viewer.render, lambda v: (v.width, v.height))
+                    if condition == "viewer_moving_no_encode":
+                        encoder = viewer.encoder
+                        encoder.encode = reuse_first(encoder.encode, lambda rgb: tuple(rgb.shape))
                     motion = {
                         "viewer_moving": {"move_hz": args.move_hz},
                         "viewer_moving_switch1ms": {"move_hz": args.move_hz},
                         "viewer_moving_60fps": {"move_hz": args.move_hz},
+                        "viewer_moving_no_render": {"move_hz": args.move_hz},
+                        "viewer_moving_no_encode": {"move_hz": args.move_hz},
                         "viewer_settle": {"settle_period": args.settle_period},
                     }.get(condition, {})
                     client = Client(viewer.url, poses, fov, canvas, motion)
@@ -339,7 +405,8 @@ def main() -> None:
                 start, steps0, cpu0 = time.monotonic(), trainer.step_count, time.process_time()
                 threads0 = thread_cpu(trainer, viewer)
                 busy0 = panel.redraw_seconds if panel is not None else 0.0
-                time.sleep(args.window)
+                with window_range(condition):  # a profiler's timeline shows the window
+                    time.sleep(args.window)
                 end, steps1, cpu1 = time.monotonic(), trainer.step_count, time.process_time()
                 threads1 = thread_cpu(trainer, viewer)
                 row["steps_per_s"].append((steps1 - steps0) / (end - start))

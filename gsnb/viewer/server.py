@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 MODES = ("render", "splats")
 # Seconds between updates of the status text and the knob values in the browser.
 STATUS_SECONDS = 1.0
+# Frames a second at most by default: while training (a video's rate; each frame costs the
+# training thread), and for a finished model
+TRAINING_FPS = 30.0
+MODEL_FPS = 60.0
 # Frames whose stage timings :attr:`Viewer.frame_timings` averages.
 TIMED_FRAMES = 60
 # A frame racing a closing tab is dropped by viser with this warning; nothing is lost.
@@ -87,8 +91,11 @@ class Viewer:
         port: TCP port; ``0`` takes a free one. A busy port raises :class:`ViewerPortError`.
         dataset: cameras to draw for a model (a trainer brings its own).
         mode: ``"render"``, ``"splats"`` or ``"auto"`` (render a trainer, splat a model).
-        preview_scale, rest_seconds, max_fps, max_size, refresh_share: see
+        preview_scale, rest_seconds, max_size, refresh_share: see
             :class:`~gsnb.viewer.stream.FramePlanner`.
+        max_fps: frames a second at most, previews included (default: 30 for a trainer,
+            a video's rate: each frame takes the interpreter's lock from the training thread
+            for its launches; 60 for a model).
         jpeg_quality: quality of the streamed frames.
         gpu_jpeg: encode frames on the GPU: ``None`` (where possible), ``True`` or ``False``.
         background: background colour of a model's renders (default: the one it was trained
@@ -116,7 +123,7 @@ class Viewer:
         mode: str = "auto",
         preview_scale: float = 0.25,
         rest_seconds: float = 0.1,
-        max_fps: float = 60.0,
+        max_fps: float | None = None,
         max_size: int = 1920,
         refresh_share: float = 0.25,
         jpeg_quality: int = 80,
@@ -144,6 +151,8 @@ class Viewer:
             raise ValueError(f"port must lie in 0..65535, got {port}")
         if port and not port_is_free(host, port):
             raise _busy(host, port)
+        if max_fps is None:
+            max_fps = TRAINING_FPS if self.trainer is not None else MODEL_FPS
         self._planner_args = {
             "preview_scale": preview_scale,
             "rest_seconds": rest_seconds,

@@ -4,9 +4,13 @@
 due now, and how large?". A camera change gets a quick preview at
 ``preview_scale`` of the canvas; once the camera has rested ``rest_seconds``
 the full-size frame follows. While training changes the model, frames are
-refreshed at most ``max_fps`` times a second, and only while the time spent
-on such refreshes stays within ``refresh_share`` of the wall time, because
-each render holds the trainer's lock.
+refreshed, and only while the time spent on such refreshes stays within
+``refresh_share`` of the wall time. Every frame, previews included, keeps to
+``max_fps`` on a steady beat: a frame costs a training run in the same process
+(the renderer's launches and the encoder take the interpreter's lock from the
+training thread), so frames beyond what a video shows cost throughput and buy
+nothing. A frame that is late by less than one beat keeps the beat, so the
+rate is ``max_fps`` itself, not a little under it.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class FrameRequest:
     height: int
     preview: bool
     version: int
+    planned: float = 0.0  # the time it was planned at (its beat)
 
 
 def fit_size(width: int, height: int, max_size: int, scale: float = 1.0) -> tuple[int, int]:
@@ -73,7 +78,8 @@ class FramePlanner:
     Args:
         preview_scale: size of a preview relative to the full frame (while moving).
         rest_seconds: a camera unchanged this long is at rest: the full frame follows.
-        max_fps: at most this many training refreshes a second.
+        max_fps: at most this many frames a second (previews while moving, refreshes while
+            training), on a steady beat.
         max_size: longest side of a full frame in pixels.
         refresh_share: largest share of wall time spent on refreshes driven by training.
 
@@ -106,7 +112,9 @@ class FramePlanner:
         self.preview_scale = preview_scale
         self.rest_seconds = rest_seconds
         self.max_size = int(max_size)
-        self.refresh = TimeBudget(1.0 / max_fps, refresh_share)
+        self.max_fps = float(max_fps)
+        self.refresh = TimeBudget(0.0, refresh_share)
+        self._beat = -math.inf  # the earliest time the next frame may start
         self._camera: BrowserCamera | None = None
         self._shown: FrameRequest | None = None
 
@@ -132,18 +140,18 @@ class FramePlanner:
     def next_frame(self, now: float, version: int) -> FrameRequest | None:
         """The frame due at ``now`` for model ``version`` (e.g. the step count), or None."""
         camera, shown = self._camera, self._shown
-        if camera is None:
+        if camera is None or now < self._beat:
             return None
         rest = self.resting(now)
         full = fit_size(camera.width, camera.height, self.max_size)
         preview = fit_size(*full, self.max_size, self.preview_scale)
         size = full if rest else preview
         if shown is None or shown.camera != camera:
-            return FrameRequest(camera, *size, preview=not rest, version=version)
+            return FrameRequest(camera, *size, not rest, version, now)
         if shown.preview and rest:
-            return FrameRequest(camera, *full, preview=False, version=version)
+            return FrameRequest(camera, *full, False, version, now)
         if shown.version != version and self.refresh.ready(now):
-            return FrameRequest(camera, *size, preview=not rest, version=version)
+            return FrameRequest(camera, *size, not rest, version, now)
         return None
 
     def seconds_to_next(self, now: float, version: int) -> float:
@@ -160,16 +168,21 @@ class FramePlanner:
         camera, shown = self._camera, self._shown
         if camera is None:
             return math.inf
+        beat = max(0.0, self._beat - now)
         if shown is None or shown.camera != camera:
-            return 0.0
+            return beat
         waits = [math.inf]
         if shown.preview:
             waits.append(max(0.0, camera.stamp + self.rest_seconds - now))
         if shown.version != version:
             waits.append(self.refresh.seconds_left(now))
-        return min(waits)
+        return max(beat, min(waits))
 
     def rendered(self, request: FrameRequest, cost: float, now: float) -> None:
         """Record that ``request`` was rendered and sent, taking ``cost`` seconds."""
         self._shown = request
         self.refresh.spent(cost, now)
+        interval = 1.0 / self.max_fps
+        # the next beat follows this one's; a frame more than a beat late starts a new beat
+        late = request.planned - self._beat
+        self._beat = (self._beat if late < interval else request.planned) + interval

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from gsnb.viewer.stream import BrowserCamera, FramePlanner, fit_size
@@ -84,3 +86,35 @@ def test_size_caps_hidden_canvases_and_forget():
         FramePlanner(preview_scale=0.0)
     with pytest.raises(ValueError, match="max_fps"):
         FramePlanner(max_fps=0)
+
+
+def test_every_frame_keeps_to_the_beat_of_max_fps_previews_included():
+    planner = FramePlanner(max_fps=30, rest_seconds=0.5)
+    shown, now, tick = [], 0.0, 1 / 240
+    while now < 2.0:  # a drag reported 120 times a second, the loop waking at 240 Hz
+        if round(now / tick) % 2 == 0:
+            planner.camera(camera(now, x=now))
+        request = planner.next_frame(now + 0.0004, version=0)  # a little late: wake-up jitter
+        if request is not None:
+            assert request.preview
+            planner.rendered(request, cost=0.002, now=now + 0.003)
+            shown.append(now)
+        now += tick
+    assert len(shown) in (60, 61)  # 30 a second, not a little under: late frames keep the beat
+    gaps = [b - a for a, b in itertools.pairwise(shown)]
+    assert min(gaps) >= 1 / 30 - tick - 1e-9
+
+
+def test_a_frame_more_than_a_beat_late_starts_a_new_beat():
+    planner = FramePlanner(max_fps=10, rest_seconds=10.0)
+    planner.camera(camera(0.0))
+    first = planner.next_frame(0.0, version=0)
+    planner.rendered(first, cost=0.0, now=0.0)
+    planner.camera(camera(0.05, x=1.0))
+    assert planner.next_frame(0.05, version=0) is None  # before the beat
+    assert 0.049 < planner.seconds_to_next(0.05, version=0) < 0.051
+    late = planner.next_frame(0.35, version=0)  # no frame for a long while, then one
+    planner.rendered(late, cost=0.0, now=0.35)
+    planner.camera(camera(0.36, x=2.0))
+    assert planner.next_frame(0.40, version=0) is None  # no catch-up burst after a pause
+    assert planner.next_frame(0.45, version=0) is not None

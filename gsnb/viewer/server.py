@@ -172,6 +172,9 @@ class Viewer:
         self._planners: dict[int, FramePlanner] = {}
         self._clients_lock = threading.Lock()
         self._wake = threading.Event()
+        # when the frame loop wakes by itself next (inf while it is awake): a camera message
+        # wakes it only for a frame due sooner, not for each of a drag's 60 reports a second
+        self._wake_at = math.inf
         self._step_wakes = True  # whether a training step wakes the frame loop
         self._stopped = threading.Event()
         self._stopped.set()
@@ -377,9 +380,12 @@ class Viewer:
             return
         with self._clients_lock:
             planner = self._planners.get(client_id)
-            if planner is not None:
-                planner.camera(state)
-        self._wake.set()
+            if planner is None:
+                return
+            planner.camera(state)
+            due = state.stamp + planner.seconds_to_next(state.stamp, self._version())
+        if due < self._wake_at:
+            self._wake.set()
 
     # ---------------------------------------------------------- frames
     def _version(self) -> int:
@@ -397,6 +403,7 @@ class Viewer:
         timeout = 0.0
         while not self._stopped.is_set():
             self._wake.wait(timeout)
+            self._wake_at = math.inf  # awake: every camera message wakes the next wait
             self._wake.clear()
             now = time.monotonic()
             if now >= next_status:
@@ -405,6 +412,7 @@ class Viewer:
             timeout = max(0.0, next_status - now)
             if self._mode != "render":
                 self._step_wakes = False  # showing splats: only the status line updates
+                self._wake_at = now + timeout
                 continue
             version = self._version()
             with self._clients_lock:
@@ -421,6 +429,7 @@ class Viewer:
             if self._step_wakes and self._version() != version:
                 due = 0.0  # a step ended while deciding: its frame is due now
             timeout = min(timeout, due)
+            self._wake_at = now + timeout
 
     def _guarded(self, action: Any) -> None:
         try:

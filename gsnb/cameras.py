@@ -280,12 +280,18 @@ def matrix_from_wxyz(wxyz: np.ndarray | Sequence[float]) -> np.ndarray:
         >>> matrix_from_wxyz((1.0, 0.0, 0.0, 0.0)).tolist()[0]
         [1.0, 0.0, 0.0]
     """
-    from scipy.spatial.transform import Rotation
-
     w, x, y, z = (float(v) for v in wxyz)
-    if not math.isfinite(w + x + y + z) or w * w + x * x + y * y + z * z == 0:
+    norm2 = w * w + x * x + y * y + z * z
+    if not math.isfinite(w + x + y + z) or norm2 == 0:
         raise ValueError(f"camera quaternion must be finite and non-zero, got {tuple(wxyz)}")
-    return Rotation.from_quat([x, y, z, w]).as_matrix()
+    s = 2.0 / norm2  # the closed form (a viewer calls this for every frame: no scipy object)
+    return np.array(
+        [
+            [1.0 - s * (y * y + z * z), s * (x * y - w * z), s * (x * z + w * y)],
+            [s * (x * y + w * z), 1.0 - s * (x * x + z * z), s * (y * z - w * x)],
+            [s * (x * z - w * y), s * (y * z + w * x), 1.0 - s * (x * x + y * y)],
+        ]
+    )
 
 
 def _axis(axis: str) -> int:

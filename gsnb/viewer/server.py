@@ -172,9 +172,9 @@ class Viewer:
         self._planners: dict[int, FramePlanner] = {}
         self._clients_lock = threading.Lock()
         self._wake = threading.Event()
-        # when the frame loop wakes by itself next (inf while it is awake): a camera message
+        # when the frame loop wakes by itself next (None while it is awake): a camera message
         # wakes it only for a frame due sooner, not for each of a drag's 60 reports a second
-        self._wake_at = math.inf
+        self._wake_at: float | None = None
         self._step_wakes = True  # whether a training step wakes the frame loop
         self._stopped = threading.Event()
         self._stopped.set()
@@ -384,8 +384,9 @@ class Viewer:
                 return
             planner.camera(state)
             due = state.stamp + planner.seconds_to_next(state.stamp, self._version())
-        if due < self._wake_at:
-            self._wake.set()
+            wake_at = self._wake_at  # None while the loop is awake: it will see this camera
+            if wake_at is not None and due < wake_at:
+                self._wake.set()
 
     # ---------------------------------------------------------- frames
     def _version(self) -> int:
@@ -403,7 +404,7 @@ class Viewer:
         timeout = 0.0
         while not self._stopped.is_set():
             self._wake.wait(timeout)
-            self._wake_at = math.inf  # awake: every camera message wakes the next wait
+            self._wake_at = None  # awake: the waits computed below will see any new camera
             self._wake.clear()
             now = time.monotonic()
             if now >= next_status:
@@ -420,16 +421,17 @@ class Viewer:
             for client_id, planner, request in due:
                 if request is not None and not self._stopped.is_set():
                     self._guarded(lambda: self._send_frame(client_id, planner, request))  # noqa: B023
-            # sleep until the next frame is due (a camera or a training step wakes it sooner)
-            now, version = time.monotonic(), self._version()
+            # sleep until the next frame is due (a camera or a training step wakes it sooner);
+            # under the clients' lock, so that a camera that comes later sees when that is
             with self._clients_lock:
+                now, version = time.monotonic(), self._version()
                 waits = [p.seconds_to_next(now, version) for p in self._planners.values()]
-            due = min(waits, default=math.inf)
-            self._step_wakes = bool(waits) and due == math.inf
-            if self._step_wakes and self._version() != version:
-                due = 0.0  # a step ended while deciding: its frame is due now
-            timeout = min(timeout, due)
-            self._wake_at = now + timeout
+                first = min(waits, default=math.inf)
+                self._step_wakes = bool(waits) and first == math.inf
+                if self._step_wakes and self._version() != version:
+                    first = 0.0  # a step ended while deciding: its frame is due now
+                timeout = min(max(0.0, next_status - now), first)
+                self._wake_at = now + timeout
 
     def _guarded(self, action: Any) -> None:
         try:

@@ -156,14 +156,20 @@ class FramePlanner:
 
     def seconds_to_next(self, now: float, version: int) -> float:
         """Seconds until :meth:`next_frame` has a frame without a new camera or model version
-        (``inf``: only such a change brings one): how long the frame loop may sleep.
+        (``inf``: only such a change brings one), or, while the camera moves, until the next
+        beat (a moving camera's next report is likely to come before it): how long the frame
+        loop may sleep.
 
         Example:
-            >>> planner = FramePlanner(rest_seconds=0.2)
+            >>> planner = FramePlanner(rest_seconds=0.2, max_fps=20)
             >>> planner.camera(BrowserCamera((1, 0, 0, 0), (0, 0, 0), 1.0, 64, 48, stamp=0.0))
             >>> planner.rendered(planner.next_frame(now=0.0, version=0), cost=0.0, now=0.0)
-            >>> round(planner.seconds_to_next(now=0.05, version=0), 3)
-            0.15
+            >>> round(planner.seconds_to_next(now=0.02, version=0), 3)  # moving: the next beat
+            0.03
+            >>> full = planner.next_frame(now=0.2, version=0)
+            >>> planner.rendered(full, cost=0.0, now=0.2)
+            >>> planner.seconds_to_next(now=0.3, version=0)  # at rest: only a change brings one
+            inf
         """
         camera, shown = self._camera, self._shown
         if camera is None:
@@ -172,11 +178,20 @@ class FramePlanner:
         if shown is None or shown.camera != camera:
             return beat
         waits = [math.inf]
-        if shown.preview:
+        if shown.preview:  # moving: the full frame once it rests, and the next beat, since
+            # a moving camera's next report is likely to come before it (no wake-up per report)
             waits.append(max(0.0, camera.stamp + self.rest_seconds - now))
+            waits.append(self._beat_after(now) - now)
         if shown.version != version:
             waits.append(self.refresh.seconds_left(now))
         return max(beat, min(waits))
+
+    def _beat_after(self, now: float) -> float:
+        """The first beat later than ``now``."""
+        if now < self._beat:
+            return self._beat
+        interval = 1.0 / self.max_fps
+        return self._beat + (math.floor((now - self._beat) / interval) + 1) * interval
 
     def rendered(self, request: FrameRequest, cost: float, now: float) -> None:
         """Record that ``request`` was rendered and sent, taking ``cost`` seconds."""

@@ -26,6 +26,7 @@ def test_pose_round_trip_and_quaternion_conversions(seed):
     rot = Rotation.random(random_state=seed)
     wxyz = np.roll(rot.as_quat(), 1)
     assert np.allclose(matrix_from_wxyz(wxyz), rot.as_matrix(), atol=1e-12)
+    assert np.allclose(matrix_from_wxyz(-2.5 * wxyz), rot.as_matrix(), atol=1e-12)  # normalised
     back = wxyz_from_matrix(rot.as_matrix())
     assert back[0] >= 0 and min(np.abs(back - wxyz).max(), np.abs(back + wxyz).max()) < 1e-9
     position = np.random.default_rng(seed).normal(size=3)

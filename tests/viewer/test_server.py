@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable
 
@@ -204,3 +205,38 @@ def test_a_planner_left_by_a_client_that_is_gone_is_dropped(trainer, viewers):
     viewer._wake.set()
     wait_until(lambda: 987_654 not in viewer._planners, timeout=10)
     assert viewer.frames_sent == 0 and viewer.last_error is None
+
+
+class CountingEvent(threading.Event):
+    """An event that counts the waits that ended (the frame loop's wake-ups)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        woken = super().wait(timeout)
+        self.waits += 1
+        return woken
+
+
+def test_a_drag_gets_frames_at_max_fps_and_wakes_the_frame_loop_once_a_frame(viewers):
+    model = GaussianModel.from_points(torch.rand(60, 3) - 0.5, torch.rand(60, 3), sh_degree=0)
+    viewer = viewers(model, mode="render", max_fps=20, rest_seconds=30.0)
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+        client.next_frame()
+        counting, previous = CountingEvent(), viewer._wake
+        viewer._wake = counting
+        previous.set()  # the loop's current wait ends and the next one is counted
+        frames, sent, start = 0, 0, time.monotonic()
+        while (now := time.monotonic()) - start < 2.0:
+            if sent < 100 * (now - start):  # a drag reported 100 times a second
+                eye = (EYE[0] + 0.001 * sent, *EYE[1:])
+                client.send_camera(look_from(eye, (0, 0, 0)), eye, FOV, 32, 24)
+                sent += 1
+            frames += sum(m["type"] == "BackgroundImageMessage" for m in client.messages(0.002))
+    assert sent >= 150
+    assert 10 <= frames <= 2.0 * 20 + 2  # the beat, not the drag, sets the rate
+    assert counting.waits <= frames + 6  # one wake-up a frame (and the status line's)
+    assert viewer.last_error is None

@@ -49,7 +49,8 @@ RECIPES: dict[str, dict[str, Any]] = {
         "strategy_kwargs": {"opacity_reset": False},
         "config": {"init_rotation": "random"},
     },
-    "revised_opacity": {"strategy_kwargs": {"revised_opacity": True}},
+    "revised_opacity": {"strategy_kwargs": {"revised_opacity": True}},  # the default since da1c54b
+    "no_revised_opacity": {"strategy_kwargs": {"revised_opacity": False}},
     "antialiased_filter3d": {"config": {"rasterize_mode": "antialiased", "filter3d": True}},
     "mcmc": {"strategy": "mcmc"},
 }

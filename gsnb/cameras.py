@@ -281,10 +281,11 @@ def matrix_from_wxyz(wxyz: np.ndarray | Sequence[float]) -> np.ndarray:
         [1.0, 0.0, 0.0]
     """
     w, x, y, z = (float(v) for v in wxyz)
-    norm2 = w * w + x * x + y * y + z * z
-    if not math.isfinite(w + x + y + z) or norm2 == 0:
+    norm = math.hypot(w, x, y, z)
+    if not math.isfinite(norm) or norm == 0:
         raise ValueError(f"camera quaternion must be finite and non-zero, got {tuple(wxyz)}")
-    s = 2.0 / norm2  # the closed form (a viewer calls this for every frame: no scipy object)
+    w, x, y, z = w / norm, x / norm, y / norm, z / norm
+    s = 2.0  # the closed form (a viewer calls this for every frame: no scipy object)
     return np.array(
         [
             [1.0 - s * (y * y + z * z), s * (x * y - w * z), s * (x * z + w * y)],

@@ -412,8 +412,9 @@ class Viewer:
                 self._guarded(self._update_status)
             timeout = max(0.0, next_status - now)
             if self._mode != "render":
-                self._step_wakes = False  # showing splats: only the status line updates
-                self._wake_at = now + timeout
+                # showing splats: only the status line updates, and cameras need no frame
+                # (show_renders wakes the loop itself)
+                self._step_wakes = False
                 continue
             version = self._version()
             with self._clients_lock:
@@ -425,7 +426,11 @@ class Viewer:
             # under the clients' lock, so that a camera that comes later sees when that is
             with self._clients_lock:
                 now, version = time.monotonic(), self._version()
-                waits = [p.seconds_to_next(now, version) for p in self._planners.values()]
+                waits = [
+                    p.seconds_to_next(now, version)
+                    for p in self._planners.values()
+                    if p.current is not None  # no camera yet: its first report wakes the loop
+                ]
                 first = min(waits, default=math.inf)
                 self._step_wakes = bool(waits) and first == math.inf
                 if self._step_wakes and self._version() != version:

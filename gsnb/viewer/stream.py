@@ -107,8 +107,10 @@ class FramePlanner:
     ) -> None:
         if not 0.0 < preview_scale <= 1.0:
             raise ValueError(f"preview_scale must lie in (0, 1], got {preview_scale!r}")
-        if not max_fps > 0 or not max_size >= 16 or not rest_seconds >= 0:
-            raise ValueError("max_fps must be > 0, max_size >= 16 and rest_seconds >= 0")
+        if not 0 < max_fps < math.inf or not max_size >= 16 or not rest_seconds >= 0:
+            raise ValueError(
+                "max_fps must be a finite number > 0, max_size >= 16 and rest_seconds >= 0"
+            )
         self.preview_scale = preview_scale
         self.rest_seconds = rest_seconds
         self.max_size = int(max_size)
@@ -198,6 +200,10 @@ class FramePlanner:
         self._shown = request
         self.refresh.spent(cost, now)
         interval = 1.0 / self.max_fps
-        # the next beat follows this one's; a frame more than a beat late starts a new beat
+        # the next beat follows this one's (at least half a beat after this frame, so that a
+        # late frame is not followed back to back); a frame a beat late starts a new beat
         late = request.planned - self._beat
-        self._beat = (self._beat if late < interval else request.planned) + interval
+        if late < interval:
+            self._beat = max(self._beat + interval, request.planned + interval / 2)
+        else:
+            self._beat = request.planned + interval

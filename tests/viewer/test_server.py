@@ -17,7 +17,7 @@ from gsnb.train import TrainConfig, Trainer
 from gsnb.viewer import Viewer
 from gsnb.viewer.cameras import pose_of_view, view_from_pose
 from gsnb.viewer.client import ViewerClient, look_from
-from gsnb.viewer.server import ViewerPortError, port_is_free
+from gsnb.viewer.server import STATUS_SECONDS, ViewerPortError, port_is_free
 from gsnb.viewer.stream import BrowserCamera, FramePlanner
 
 EYE = (0.5, -4.0, 2.0)
@@ -229,14 +229,38 @@ def test_a_drag_gets_frames_at_max_fps_and_wakes_the_frame_loop_once_a_frame(vie
         counting, previous = CountingEvent(), viewer._wake
         viewer._wake = counting
         previous.set()  # the loop's current wait ends and the next one is counted
-        frames, sent, start = 0, 0, time.monotonic()
+        sent, frames0, start = 0, viewer.frames_sent, time.monotonic()
         while (now := time.monotonic()) - start < 2.0:
             if sent < 100 * (now - start):  # a drag reported 100 times a second
                 eye = (EYE[0] + 0.001 * sent, *EYE[1:])
                 client.send_camera(look_from(eye, (0, 0, 0)), eye, FOV, 32, 24)
                 sent += 1
-            frames += sum(m["type"] == "BackgroundImageMessage" for m in client.messages(0.002))
-    assert sent >= 150
-    assert 10 <= frames <= 2.0 * 20 + 2  # the beat, not the drag, sets the rate
-    assert counting.waits <= frames + 6  # one wake-up a frame (and the status line's)
+            for _ in client.messages(0.002):  # read what came (the frames among it)
+                pass
+        waits, frames = counting.waits, viewer.frames_sent - frames0  # both counted by the server
+        elapsed = time.monotonic() - start
+    assert sent >= 100
+    assert 10 <= frames <= elapsed * 20 + 2  # the beat, not the drag, sets the rate
+    # one wake-up a frame, the status line's and a few polls that find the drag paused
+    assert waits <= frames + elapsed / STATUS_SECONDS + 8 < sent / 2
+    assert viewer.last_error is None
+
+
+def test_a_camera_moved_at_rest_gets_its_frame_at_once(viewers, monkeypatch):
+    import gsnb.viewer.server as server
+
+    monkeypatch.setattr(server, "STATUS_SECONDS", 60.0)  # no status tick wakes the loop
+    model = GaussianModel.from_points(torch.rand(60, 3) - 0.5, torch.rand(60, 3), sh_degree=0)
+    viewer = viewers(model, mode="render", rest_seconds=0.0)
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+        client.next_frame()
+        time.sleep(0.5)  # at rest, the full frame shown: the loop sleeps until a change
+        for step in range(3):
+            eye = (EYE[0] + 0.5 * (step + 1), *EYE[1:])
+            sent = time.monotonic()
+            client.send_camera(look_from(eye, (0, 0, 0)), eye, FOV, 32, 24)
+            client.next_frame(timeout=10)
+            assert time.monotonic() - sent < 5.0  # the camera woke the loop: not the 60 s tick
+            time.sleep(0.3)
     assert viewer.last_error is None

@@ -86,6 +86,8 @@ def test_size_caps_hidden_canvases_and_forget():
         FramePlanner(preview_scale=0.0)
     with pytest.raises(ValueError, match="max_fps"):
         FramePlanner(max_fps=0)
+    with pytest.raises(ValueError, match="finite"):
+        FramePlanner(max_fps=float("inf"))
 
 
 def test_every_frame_keeps_to_the_beat_of_max_fps_previews_included():

@@ -392,14 +392,11 @@ def main() -> None:
                     if condition == "viewer_moving_no_encode":
                         encoder = viewer.encoder
                         encoder.encode = reuse_first(encoder.encode, lambda rgb: tuple(rgb.shape))
-                    motion = {
-                        "viewer_moving": {"move_hz": args.move_hz},
-                        "viewer_moving_switch1ms": {"move_hz": args.move_hz},
-                        "viewer_moving_60fps": {"move_hz": args.move_hz},
-                        "viewer_moving_no_render": {"move_hz": args.move_hz},
-                        "viewer_moving_no_encode": {"move_hz": args.move_hz},
-                        "viewer_settle": {"settle_period": args.settle_period},
-                    }.get(condition, {})
+                    motion: dict[str, float] = {}
+                    if condition.startswith("viewer_moving"):
+                        motion = {"move_hz": args.move_hz}
+                    elif condition == "viewer_settle":
+                        motion = {"settle_period": args.settle_period}
                     client = Client(viewer.url, poses, fov, canvas, motion)
                 time.sleep(0.5)  # settle
                 start, steps0, cpu0 = time.monotonic(), trainer.step_count, time.process_time()

@@ -49,7 +49,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "strategy_kwargs": {"opacity_reset": False},
         "config": {"init_rotation": "random"},
     },
-    "revised_opacity": {"strategy_kwargs": {"revised_opacity": True}},  # the default since da1c54b
+    "revised_opacity": {"strategy_kwargs": {"revised_opacity": True}},  # the default since 929f9cd
     "no_revised_opacity": {"strategy_kwargs": {"revised_opacity": False}},
     "antialiased_filter3d": {"config": {"rasterize_mode": "antialiased", "filter3d": True}},
     "mcmc": {"strategy": "mcmc"},

@@ -285,12 +285,12 @@ def matrix_from_wxyz(wxyz: np.ndarray | Sequence[float]) -> np.ndarray:
     if not math.isfinite(norm) or norm == 0:
         raise ValueError(f"camera quaternion must be finite and non-zero, got {tuple(wxyz)}")
     w, x, y, z = w / norm, x / norm, y / norm, z / norm
-    s = 2.0  # the closed form (a viewer calls this for every frame: no scipy object)
+    # the closed form of a unit quaternion (a viewer calls this for every frame: no scipy object)
     return np.array(
         [
-            [1.0 - s * (y * y + z * z), s * (x * y - w * z), s * (x * z + w * y)],
-            [s * (x * y + w * z), 1.0 - s * (x * x + z * z), s * (y * z - w * x)],
-            [s * (x * z - w * y), s * (y * z + w * x), 1.0 - s * (x * x + y * y)],
+            [1.0 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1.0 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1.0 - 2 * (x * x + y * y)],
         ]
     )
 

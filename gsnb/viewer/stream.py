@@ -115,6 +115,7 @@ class FramePlanner:
         self.rest_seconds = rest_seconds
         self.max_size = int(max_size)
         self.max_fps = float(max_fps)
+        self._interval = 1.0 / self.max_fps  # seconds between two beats
         self.refresh = TimeBudget(0.0, refresh_share)
         self._beat = -math.inf  # the earliest time the next frame may start
         self._camera: BrowserCamera | None = None
@@ -192,14 +193,13 @@ class FramePlanner:
         """The first beat later than ``now``."""
         if now < self._beat:
             return self._beat
-        interval = 1.0 / self.max_fps
-        return self._beat + (math.floor((now - self._beat) / interval) + 1) * interval
+        return self._beat + (math.floor((now - self._beat) / self._interval) + 1) * self._interval
 
     def rendered(self, request: FrameRequest, cost: float, now: float) -> None:
         """Record that ``request`` was rendered and sent, taking ``cost`` seconds."""
         self._shown = request
         self.refresh.spent(cost, now)
-        interval = 1.0 / self.max_fps
+        interval = self._interval
         # the next beat follows this one's (at least half a beat after this frame, so that a
         # late frame is not followed back to back); a frame a beat late starts a new beat
         late = request.planned - self._beat

@@ -358,7 +358,15 @@ class Viewer:
         planner = FramePlanner(**self._planner_args)
         with self._clients_lock:
             self._planners[client.client_id] = planner
-        client.camera.on_update(lambda camera: self._camera_moved(client.client_id, camera))
+
+        async def moved(camera: Any) -> None:
+            # a coroutine: viser runs it on its event loop, where the report was decoded. A
+            # plain function would go to viser's thread pool, one more thread waking for
+            # the interpreter's lock on every report (60 a second while dragging), taken
+            # from the training thread
+            self._camera_moved(client.client_id, camera)
+
+        client.camera.on_update(moved)
         self._camera_moved(client.client_id, client.camera)
 
     def _client_disconnected(self, client: Any) -> None:

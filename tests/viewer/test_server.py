@@ -264,3 +264,35 @@ def test_a_camera_moved_at_rest_gets_its_frame_at_once(viewers, monkeypatch):
             assert time.monotonic() - sent < 5.0  # the camera woke the loop: not the 60 s tick
             time.sleep(0.3)
     assert viewer.last_error is None
+
+
+def test_camera_reports_are_handled_on_the_event_loop_not_a_pool_thread(viewers, monkeypatch):
+    # A plain callback would run in viser's thread pool: one more thread to wake (and to
+    # take the interpreter's lock from training) for each of a drag's 60 reports a second.
+    import asyncio
+
+    model = GaussianModel.from_points(torch.rand(60, 3) - 0.5, torch.rand(60, 3), sh_degree=0)
+    viewer = viewers(model, mode="render")
+    handled: list[tuple[str, bool]] = []
+    original = viewer._camera_moved
+
+    def recording(client_id: int, camera: object) -> None:
+        try:
+            asyncio.get_running_loop()
+            on_loop = True
+        except RuntimeError:
+            on_loop = False
+        handled.append((threading.current_thread().name, on_loop))
+        original(client_id, camera)
+
+    monkeypatch.setattr(viewer, "_camera_moved", recording)
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+        client.next_frame()
+        for step in range(5):
+            eye = (EYE[0] + 0.1 * (step + 1), *EYE[1:])
+            client.send_camera(look_from(eye, (0, 0, 0)), eye, FOV, 32, 24)
+        wait_until(lambda: len(handled) >= 6)
+    reports = handled[1:]  # the first is the connect callback's own look at the camera
+    assert reports and all(on_loop for _, on_loop in reports), handled
+    assert not any(name.startswith("ThreadPoolExecutor") for name, _ in reports), handled

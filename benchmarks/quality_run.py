@@ -9,7 +9,9 @@ times then are not measurements). Used for ``results/quality_recipes_7000_h200.j
     python benchmarks/quality_run.py aa 0 7000 .device/fox 2 default '{}' \\
         '{"rasterize_mode": "antialiased"}'
 
-Arguments: NAME SEED STEPS DATA DOWNSCALE STRATEGY STRATEGY_KWARGS_JSON CONFIG_KWARGS_JSON.
+Arguments: NAME SEED STEPS DATA DOWNSCALE STRATEGY STRATEGY_KWARGS_JSON CONFIG_KWARGS_JSON
+[DATASET_JSON]; ``DATASET_JSON`` ``{"normalize_world": true}`` trains in the canonical world frame
+of ``gsnb.data.normalize`` (gsplat's ``normalize_world_space``).
 ``GSNB_RUN_DEVICE`` / ``GSNB_RUN_BACKEND`` (default ``cuda``) run it elsewhere.
 """
 
@@ -23,12 +25,17 @@ import time
 import torch
 
 from gsnb.data.dataset import load_dataset
+from gsnb.data.normalize import normalize_world
 from gsnb.train import TrainConfig, Trainer
 from gsnb.train.strategy import DefaultStrategy, MCMCStrategy
 
 
 def main() -> None:
     name, seed, steps, data, downscale, strategy, strategy_kw, config_kw = sys.argv[1:9]
+    dataset_kw = json.loads(sys.argv[9]) if len(sys.argv) > 9 else {}
+    unknown = set(dataset_kw) - {"normalize_world"}
+    if unknown:
+        raise SystemExit(f"unknown dataset options {sorted(unknown)}; known: normalize_world")
     make = {"default": DefaultStrategy, "mcmc": MCMCStrategy}[strategy]
     config = TrainConfig(
         data=data,
@@ -40,6 +47,8 @@ def main() -> None:
         **json.loads(config_kw),
     )
     dataset = load_dataset(data, downscale=int(downscale))
+    if dataset_kw.get("normalize_world"):
+        dataset, _ = normalize_world(dataset)
     trainer = Trainer(dataset, config, strategy=make(**json.loads(strategy_kw)))
     cuda = torch.cuda.is_available() and config.device != "cpu"
     if cuda:
@@ -58,6 +67,7 @@ def main() -> None:
         "ssim": round(result.ssim, 4),
         "n": trainer.num_gaussians,
         "wall_s": round(seconds, 1),
+        "normalize_world": bool(dataset_kw.get("normalize_world")),
     }
     print("RESULT " + json.dumps(row), flush=True)
 

@@ -11,7 +11,8 @@ the runs, each recipe's mean, SD and standard error, and each recipe's differenc
 measurements.
 
 Recipes are named in ``RECIPES`` or given as a JSON file mapping a name to
-``{"strategy": "default"|"mcmc", "strategy_kwargs": {...}, "config": {...}}``::
+``{"strategy": "default"|"mcmc", "strategy_kwargs": {...}, "config": {...}, "dataset": {...}}``
+(``dataset``: ``{"normalize_world": true}``, see ``quality_run.py``)::
 
     python benchmarks/quality_sweep.py .device/fox --recipes default,noreset,random_rotation \\
         --runs 9 --parallel 12 --steps 7000 --out out/sweep
@@ -53,6 +54,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     "no_revised_opacity": {"strategy_kwargs": {"revised_opacity": False}},
     "antialiased_filter3d": {"config": {"rasterize_mode": "antialiased", "filter3d": True}},
     "mcmc": {"strategy": "mcmc"},
+    # gsplat's normalize_world_space: the capture in a canonical frame (gsnb.data.normalize)
+    "normalize_world": {"dataset": {"normalize_world": True}},
 }
 
 
@@ -74,7 +77,7 @@ def load_recipes(spec: str) -> dict[str, dict[str, Any]]:
             raise ValueError(f"unknown recipes {unknown}; known: {', '.join(RECIPES)}")
         recipes = {n: RECIPES[n] for n in names}
     for name, recipe in recipes.items():
-        extra = set(recipe) - {"strategy", "strategy_kwargs", "config"}
+        extra = set(recipe) - {"strategy", "strategy_kwargs", "config", "dataset"}
         if extra:
             raise ValueError(f"recipe {name!r}: unknown keys {sorted(extra)}")
     return recipes
@@ -86,6 +89,7 @@ def command(name: str, recipe: dict[str, Any], seed: int, args: argparse.Namespa
         sys.executable, str(RUN), name, str(seed), str(args.steps), str(args.data),
         str(args.downscale), recipe.get("strategy", "default"),
         json.dumps(recipe.get("strategy_kwargs", {})), json.dumps(recipe.get("config", {})),
+        json.dumps(recipe.get("dataset", {})),
     ]  # fmt: skip
 
 

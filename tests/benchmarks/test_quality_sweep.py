@@ -20,7 +20,8 @@ import quality_sweep  # noqa: E402
 def test_two_recipes_two_runs_each_are_summarised_against_the_baseline(tmp_path: Path) -> None:
     scene = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=100)
     recipes = tmp_path / "recipes.json"
-    recipes.write_text(json.dumps({"plain": {}, "turned": {"config": {"init_rotation": "random"}}}))
+    turned = {"config": {"init_rotation": "random"}, "dataset": {"normalize_world": True}}
+    recipes.write_text(json.dumps({"plain": {}, "turned": turned}))
     env = os.environ | {"GSNB_RUN_DEVICE": "cpu", "GSNB_RUN_BACKEND": "reference"}
     argv = [str(scene), "--recipes", str(recipes), "--runs", "2", "--parallel", "2",
             "--steps", "3", "--downscale", "1", "--out", str(tmp_path / "out")]  # fmt: skip
@@ -34,6 +35,9 @@ def test_two_recipes_two_runs_each_are_summarised_against_the_baseline(tmp_path:
         ("plain", 0), ("plain", 1), ("turned", 0), ("turned", 1)
     ]  # fmt: skip
     assert all("error" not in r and 0 < r["psnr"] < 100 for r in result["runs"])
+    assert {r["name"]: r["normalize_world"] for r in result["runs"]} == {
+        "plain": False, "turned": True
+    }  # fmt: skip
     summary = result["summary"]
     assert result["baseline"] == "plain" and summary["plain"]["runs"] == 2
     turned = summary["turned"]
@@ -57,6 +61,9 @@ def test_recipes_are_checked() -> None:
     }
     with pytest.raises(ValueError, match="unknown recipes"):
         quality_sweep.load_recipes("default,nonsense")
+    assert quality_sweep.load_recipes("normalize_world")["normalize_world"] == {
+        "dataset": {"normalize_world": True}
+    }
 
 
 def test_a_run_past_its_timeout_is_a_failed_run(tmp_path: Path) -> None:

@@ -31,6 +31,9 @@ Conditions:
   each size, so the rest of a frame's path is what the window costs: which stage costs training.
 - ``viewer_settle``: a client that jumps to another pose every ``--settle-period`` seconds and
   times the wait from the jump to the first full-size frame of the new pose.
+- ``viewer_two_tabs_resting``: two clients at rest, as a notebook's embedded viewer and the
+  same viewer opened in a browser tab: they share ``max_fps`` (``frames_per_s`` counts both,
+  ``frames_per_s_per_tab`` each).
 - ``viewer_max``: the same as resting with the limits lifted (``max_fps=240``,
   ``refresh_share=0.95``): the viewer's frame rate at full size while training.
 
@@ -78,6 +81,7 @@ CONDITIONS = (
     "viewer_moving_no_render",
     "viewer_moving_no_encode",
     "viewer_settle",
+    "viewer_two_tabs_resting",
     "viewer_max",
 )
 SWITCH_INTERVAL = sys.getswitchinterval()
@@ -370,7 +374,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             for condition in conditions if round_ % 2 == 0 else conditions[::-1]:
                 row = results[condition]
-                panel = viewer = client = None
+                panel = viewer = None
+                clients: list[Client] = []
                 if condition == "panel":
                     # ipywidgets and plotly only when the panel is measured
                     from gsnb.notebook.panel import TrainingPanel
@@ -397,7 +402,8 @@ def main() -> None:
                         motion = {"move_hz": args.move_hz}
                     elif condition == "viewer_settle":
                         motion = {"settle_period": args.settle_period}
-                    client = Client(viewer.url, poses, fov, canvas, motion)
+                    tabs = 2 if condition == "viewer_two_tabs_resting" else 1
+                    clients = [Client(viewer.url, poses, fov, canvas, motion) for _ in range(tabs)]
                 time.sleep(0.5)  # settle
                 start, steps0, cpu0 = time.monotonic(), trainer.step_count, time.process_time()
                 threads0 = thread_cpu(trainer, viewer)
@@ -419,9 +425,15 @@ def main() -> None:
                         per_step = used / max(1, steps1 - steps0)
                         row.setdefault("train_thread_cpu_s_per_step", []).append(per_step)
                 note = ""
-                if client is not None and viewer is not None:
-                    all_frames, settles = client.finish()
-                    frames = [f for f in all_frames if start <= f[0] <= end]
+                if clients and viewer is not None:
+                    finished = [c.finish() for c in clients]
+                    settles = [s for _, tab_settles in finished for s in tab_settles]
+                    per_tab = [[f for f in tab if start <= f[0] <= end] for tab, _ in finished]
+                    frames = sorted(f for tab in per_tab for f in tab)
+                    if len(per_tab) > 1:
+                        row.setdefault("frames_per_s_per_tab", []).append(
+                            [len(tab) / (end - start) for tab in per_tab]
+                        )
                     timings = viewer.frame_timings()
                     row["encoder"] = viewer.encoder.backend
                     viewer.stop()
@@ -480,6 +492,10 @@ def main() -> None:
             entry["full_size_frames_per_s_median"] = statistics.median(row["full_frames_per_s"])
             entry["frame_sizes"] = [list(s) for s in sorted(row.pop("frame_sizes"))]
             entry["encoder"] = row.pop("encoder")
+        if row.get("frames_per_s_per_tab"):
+            entry["frames_per_s_per_tab_median"] = [
+                statistics.median(tab) for tab in zip(*row["frames_per_s_per_tab"], strict=True)
+            ]
         if row.get("settle_s"):
             entry["settle_s_median"] = statistics.median(row["settle_s"])
             entry["settle_s_max"] = max(row["settle_s"])

@@ -23,7 +23,13 @@ from gsnb.raster import RenderResult
 from gsnb.viewer.access import Gate, new_secret, page_url
 from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
 from gsnb.viewer.splats import splat_arrays
-from gsnb.viewer.stream import BrowserCamera, FramePlanner, FrameRequest
+from gsnb.viewer.stream import (
+    BrowserCamera,
+    FramePacing,
+    FramePlanner,
+    FrameRequest,
+    pick_frame,
+)
 
 if TYPE_CHECKING:
     from gsnb.data.dataset import SceneDataset, View
@@ -93,9 +99,12 @@ class Viewer:
         mode: ``"render"``, ``"splats"`` or ``"auto"`` (render a trainer, splat a model).
         preview_scale, rest_seconds, max_size, refresh_share: see
             :class:`~gsnb.viewer.stream.FramePlanner`.
-        max_fps: frames a second at most, previews included (default: 30 for a trainer,
-            a video's rate: each frame takes the interpreter's lock from the training thread
-            for its launches; 60 for a model).
+        max_fps: frames a second at most, previews included, for all the browser tabs
+            together (default: 30 for a trainer, a video's rate: each frame takes the
+            interpreter's lock from the training thread for its launches; 60 for a model).
+            With several tabs open, a tab whose camera moves is served first, then full
+            frames a camera waits for, then refreshes (:func:`~gsnb.viewer.stream.pick_frame`);
+            ``refresh_share`` too is for the tabs together.
         jpeg_quality: quality of the streamed frames.
         gpu_jpeg: encode frames on the GPU: ``None`` (where possible), ``True`` or ``False``.
         background: background colour of a model's renders (default: the one it was trained
@@ -205,6 +214,11 @@ class Viewer:
         self._gate = Gate(self.server, self.secret)
         with self._clients_lock:
             self._planners.clear()
+            # the tabs' frames together keep to max_fps and the refresh share: each costs
+            # training the same, whichever tab it is for
+            self._pacing = FramePacing(
+                self._planner_args["max_fps"], self._planner_args["refresh_share"]
+            )
         self._splats: Any = None
         self._stopped.clear()
         mode = self._mode
@@ -355,8 +369,8 @@ class Viewer:
     def _client_connected(self, client: Any) -> None:
         if not self._gate.allowed(client.client_id):
             return  # closed by the gate: no camera, no frames
-        planner = FramePlanner(**self._planner_args)
         with self._clients_lock:
+            planner = FramePlanner(**self._planner_args, pacing=self._pacing)
             self._planners[client.client_id] = planner
 
         async def moved(camera: Any) -> None:
@@ -426,10 +440,15 @@ class Viewer:
                 continue
             version = self._version()
             with self._clients_lock:
-                due = [(cid, p, p.next_frame(now, version)) for cid, p in self._planners.items()]
-            for client_id, planner, request in due:
-                if request is not None and not self._stopped.is_set():
-                    self._guarded(lambda: self._send_frame(client_id, planner, request))  # noqa: B023
+                due = [
+                    (cid, p, request)
+                    for cid, p in self._planners.items()
+                    if (request := p.next_frame(now, version)) is not None
+                ]
+            if due and not self._stopped.is_set():
+                # the tabs share one beat: one frame now, the most wanted of them
+                chosen = pick_frame(due)
+                self._guarded(lambda: self._send_frame(*chosen))  # noqa: B023
             # sleep until the next frame is due (a camera or a training step wakes it sooner);
             # under the clients' lock, so that a camera that comes later sees when that is
             with self._clients_lock:

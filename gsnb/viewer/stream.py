@@ -10,13 +10,18 @@ refreshed, and only while the time spent on such refreshes stays within
 (the renderer's launches and the encoder take the interpreter's lock from the
 training thread), so frames beyond what a video shows cost throughput and buy
 nothing. A frame that is late by less than one beat keeps the beat, so the
-rate is ``max_fps`` itself, not a little under it.
+rate is ``max_fps`` itself, not a little under it (:class:`Beat`). The browser tabs
+of one viewer share the beat and the refresh budget (:class:`FramePacing`): each frame
+costs a training run alike, whichever tab it is for, and :func:`pick_frame` chooses
+which tab's frame comes next.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gsnb.live.throttle import TimeBudget
 
@@ -59,6 +64,53 @@ class FrameRequest:
     preview: bool
     version: int
     planned: float = 0.0  # the time it was planned at (its beat)
+    refresh: bool = False  # the camera's frame again, for a new model version
+
+
+class Beat:
+    """A steady beat of at most ``rate`` events a second: when the next one may start.
+
+    The beat after an event follows the event's own beat, and comes at least half an
+    interval after the event, so that a late event is not followed back to back: an
+    event late by less than one interval keeps the beat, and the rate is ``rate``
+    itself. An event a whole interval late starts a new beat.
+
+    Example:
+        >>> beat = Beat(10.0)
+        >>> beat.ready(0.0), beat.mark(0.0), beat.ready(0.05), round(beat.wait(0.05), 3)
+        (True, None, False, 0.05)
+        >>> beat.mark(0.13)  # 0.03 s late: the next beat is still 0.2
+        >>> round(beat.next, 3)
+        0.2
+    """
+
+    def __init__(self, rate: float) -> None:
+        if not 0 < rate < math.inf:
+            raise ValueError(f"the rate must be a finite number > 0, got {rate!r}")
+        self.interval = 1.0 / float(rate)
+        self.next = -math.inf  # the earliest time the next event may start
+
+    def ready(self, now: float) -> bool:
+        """Whether an event may start at ``now``."""
+        return now >= self.next
+
+    def wait(self, now: float) -> float:
+        """Seconds from ``now`` until an event may start (0 when it may now)."""
+        return max(0.0, self.next - now)
+
+    def after(self, now: float) -> float:
+        """The first beat later than ``now``."""
+        if now < self.next:
+            return self.next
+        return self.next + (math.floor((now - self.next) / self.interval) + 1) * self.interval
+
+    def mark(self, planned: float) -> None:
+        """Record an event planned for time ``planned``."""
+        interval = self.interval
+        if planned - self.next < interval:
+            self.next = max(self.next + interval, planned + interval / 2)
+        else:
+            self.next = planned + interval
 
 
 def fit_size(width: int, height: int, max_size: int, scale: float = 1.0) -> tuple[int, int]:
@@ -72,6 +124,26 @@ def fit_size(width: int, height: int, max_size: int, scale: float = 1.0) -> tupl
     return max(1, round(width * factor)), max(1, round(height * factor))
 
 
+class FramePacing:
+    """The pace of frames that several browsers (one viewer's tabs) share: a :class:`Beat` of
+    ``max_fps`` for every frame, and a share ``refresh_share`` of the wall time at most for
+    the frames' render time while training changes the model (a ``TimeBudget``).
+
+    Example:
+        >>> pacing = FramePacing(max_fps=30, refresh_share=0.25)
+        >>> a, b = FramePlanner(pacing=pacing), FramePlanner(pacing=pacing)
+        >>> a.beat is b.beat and a.refresh is b.refresh
+        True
+    """
+
+    def __init__(self, max_fps: float = 60.0, refresh_share: float = 0.25) -> None:
+        if not 0 < max_fps < math.inf:
+            raise ValueError(f"max_fps must be a finite number > 0, got {max_fps!r}")
+        self.max_fps = float(max_fps)
+        self.beat = Beat(self.max_fps)
+        self.refresh = TimeBudget(0.0, refresh_share)
+
+
 class FramePlanner:
     """Decides, for one browser, when a frame is due and at which size.
 
@@ -82,6 +154,9 @@ class FramePlanner:
             training), on a steady beat.
         max_size: longest side of a full frame in pixels.
         refresh_share: largest share of wall time spent on refreshes driven by training.
+        pacing: a :class:`FramePacing` shared with other planners, whose ``max_fps`` and
+            ``refresh_share`` then apply to all of them together instead of the two above
+            (default None: a pacing of this planner's own).
 
     Example:
         >>> planner = FramePlanner(rest_seconds=0.2)
@@ -104,6 +179,7 @@ class FramePlanner:
         max_fps: float = 60.0,
         max_size: int = 1920,
         refresh_share: float = 0.25,
+        pacing: FramePacing | None = None,
     ) -> None:
         if not 0.0 < preview_scale <= 1.0:
             raise ValueError(f"preview_scale must lie in (0, 1], got {preview_scale!r}")
@@ -114,10 +190,12 @@ class FramePlanner:
         self.preview_scale = preview_scale
         self.rest_seconds = rest_seconds
         self.max_size = int(max_size)
-        self.max_fps = float(max_fps)
-        self._interval = 1.0 / self.max_fps  # seconds between two beats
-        self.refresh = TimeBudget(0.0, refresh_share)
-        self._beat = -math.inf  # the earliest time the next frame may start
+        if pacing is None:
+            pacing = FramePacing(max_fps, refresh_share)
+        self.max_fps = pacing.max_fps
+        self.beat = pacing.beat  # the earliest time the next frame may start
+        self.refresh = pacing.refresh
+        self.shown_at = -math.inf  # when the latest frame was sent
         self._camera: BrowserCamera | None = None
         self._shown: FrameRequest | None = None
 
@@ -143,7 +221,7 @@ class FramePlanner:
     def next_frame(self, now: float, version: int) -> FrameRequest | None:
         """The frame due at ``now`` for model ``version`` (e.g. the step count), or None."""
         camera, shown = self._camera, self._shown
-        if camera is None or now < self._beat:
+        if camera is None or not self.beat.ready(now):
             return None
         rest = self.resting(now)
         full = fit_size(camera.width, camera.height, self.max_size)
@@ -154,7 +232,7 @@ class FramePlanner:
         if shown.preview and rest:
             return FrameRequest(camera, *full, False, version, now)
         if shown.version != version and self.refresh.ready(now):
-            return FrameRequest(camera, *size, not rest, version, now)
+            return FrameRequest(camera, *size, not rest, version, now, refresh=True)
         return None
 
     def seconds_to_next(self, now: float, version: int) -> float:
@@ -177,33 +255,53 @@ class FramePlanner:
         camera, shown = self._camera, self._shown
         if camera is None:
             return math.inf
-        beat = max(0.0, self._beat - now)
+        beat = self.beat.wait(now)
         if shown is None or shown.camera != camera:
             return beat
         waits = [math.inf]
         if shown.preview:  # moving: the full frame once it rests, and the next beat, since
             # a moving camera's next report is likely to come before it (no wake-up per report)
             waits.append(max(0.0, camera.stamp + self.rest_seconds - now))
-            waits.append(self._beat_after(now) - now)
+            waits.append(self.beat.after(now) - now)
         if shown.version != version:
             waits.append(self.refresh.seconds_left(now))
         return max(beat, min(waits))
 
-    def _beat_after(self, now: float) -> float:
-        """The first beat later than ``now``."""
-        if now < self._beat:
-            return self._beat
-        return self._beat + (math.floor((now - self._beat) / self._interval) + 1) * self._interval
-
     def rendered(self, request: FrameRequest, cost: float, now: float) -> None:
         """Record that ``request`` was rendered and sent, taking ``cost`` seconds."""
         self._shown = request
+        self.shown_at = now
         self.refresh.spent(cost, now)
-        interval = self._interval
-        # the next beat follows this one's (at least half a beat after this frame, so that a
-        # late frame is not followed back to back); a frame a beat late starts a new beat
-        late = request.planned - self._beat
-        if late < interval:
-            self._beat = max(self._beat + interval, request.planned + interval / 2)
-        else:
-            self._beat = request.planned + interval
+        self.beat.mark(request.planned)
+
+
+Key = TypeVar("Key")
+
+
+def pick_frame(
+    due: Sequence[tuple[Key, FramePlanner, FrameRequest]],
+) -> tuple[Key, FramePlanner, FrameRequest]:
+    """The first to send of several tabs' due frames ``(key, planner, request)``: a moving
+    camera's preview, then a full frame a camera waits for, then a refresh for a new
+    model; among equals, the tab whose latest frame is the oldest.
+
+    A viewer's tabs share its frame rate (each frame costs a training run alike), so a
+    tab being dragged is served before tabs that only follow training.
+
+    Example:
+        >>> cam = BrowserCamera((1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0), 1.0, 64, 48, 0.0)
+        >>> a, b = FramePlanner(), FramePlanner()
+        >>> refresh = FrameRequest(cam, 64, 48, preview=False, version=2, refresh=True)
+        >>> preview = FrameRequest(cam, 16, 12, preview=True, version=2)
+        >>> pick_frame([("a", a, refresh), ("b", b, preview)])[0]
+        'b'
+    """
+    if not due:
+        raise ValueError("pick_frame needs at least one due frame")
+
+    def rank(entry: tuple[Key, FramePlanner, FrameRequest]) -> tuple[int, float]:
+        _, planner, request = entry
+        kind = 2 if request.refresh else 0 if request.preview else 1
+        return kind, planner.shown_at
+
+    return min(due, key=rank)

@@ -296,3 +296,29 @@ def test_camera_reports_are_handled_on_the_event_loop_not_a_pool_thread(viewers,
     reports = handled[1:]  # the first is the connect callback's own look at the camera
     assert reports and all(on_loop for _, on_loop in reports), handled
     assert not any(name.startswith("ThreadPoolExecutor") for name, _ in reports), handled
+
+
+def test_two_tabs_share_max_fps_and_both_get_frames(viewers):
+    # Each frame costs a training run the same, whichever tab it is for: two tabs dragging
+    # get max_fps frames a second between them, not each.
+    model = GaussianModel.from_points(torch.rand(60, 3) - 0.5, torch.rand(60, 3), sh_degree=0)
+    viewer = viewers(model, mode="render", max_fps=20, rest_seconds=30.0)
+    with ViewerClient(viewer.url) as one, ViewerClient(viewer.url) as two:
+        for client in (one, two):
+            client.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+            client.next_frame()
+        got = {id(one): 0, id(two): 0}
+        sent, frames0, start = 0, viewer.frames_sent, time.monotonic()
+        while (now := time.monotonic()) - start < 2.0:
+            if sent < 100 * (now - start):  # both tabs dragged, 50 reports a second each
+                eye = (EYE[0] + 0.001 * sent, *EYE[1:])
+                client = (one, two)[sent % 2]
+                client.send_camera(look_from(eye, (0, 0, 0)), eye, FOV, 32, 24)
+                sent += 1
+            for client in (one, two):
+                for message in client.messages(0.001):
+                    got[id(client)] += message["type"] == "BackgroundImageMessage"
+        frames, elapsed = viewer.frames_sent - frames0, time.monotonic() - start
+    assert 10 <= frames <= elapsed * 20 + 2  # 20 a second in all, not 20 for each tab
+    assert min(got.values()) >= 0.3 * frames  # neither tab starves
+    assert viewer.last_error is None

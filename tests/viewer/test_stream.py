@@ -6,7 +6,15 @@ import itertools
 
 import pytest
 
-from gsnb.viewer.stream import BrowserCamera, FramePlanner, fit_size
+from gsnb.viewer.stream import (
+    Beat,
+    BrowserCamera,
+    FramePacing,
+    FramePlanner,
+    FrameRequest,
+    fit_size,
+    pick_frame,
+)
 
 
 def camera(stamp: float, x: float = 0.0, width: int = 640, height: int = 360) -> BrowserCamera:
@@ -120,3 +128,68 @@ def test_a_frame_more_than_a_beat_late_starts_a_new_beat():
     planner.camera(camera(0.36, x=2.0))
     assert planner.next_frame(0.40, version=0) is None  # no catch-up burst after a pause
     assert planner.next_frame(0.45, version=0) is not None
+
+
+def test_a_beat_keeps_its_rate_refuses_bad_rates_and_says_when_the_next_is():
+    beat = Beat(20.0)
+    assert beat.ready(0.0) and beat.wait(0.0) == 0.0
+    beat.mark(0.0)
+    assert not beat.ready(0.049) and beat.ready(0.05)
+    assert beat.after(0.01) == pytest.approx(0.05) and beat.after(0.06) == pytest.approx(0.10)
+    beat.mark(0.06)  # 10 ms late: the beat stays on its grid
+    assert beat.next == pytest.approx(0.10)
+    beat.mark(0.3)  # a long pause: a new beat, no burst to catch up
+    assert beat.next == pytest.approx(0.35)
+    for rate in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="finite number > 0"):
+            Beat(rate)
+
+
+def test_pick_frame_serves_a_moving_camera_then_a_waiting_full_frame_then_refreshes():
+    cam = camera(0.0)
+    planners = [FramePlanner() for _ in range(4)]
+    for i, p in enumerate(planners):
+        p.shown_at = [3.0, 1.0, 2.0, 0.5][i]
+    refresh = FrameRequest(cam, 640, 360, preview=False, version=5, refresh=True)
+    full = FrameRequest(cam, 640, 360, preview=False, version=5)
+    preview = FrameRequest(cam, 160, 90, preview=True, version=5)
+    due = [
+        ("refresh, served long ago", planners[3], refresh),
+        ("full", planners[0], full),
+        ("preview, served at 2", planners[2], preview),
+        ("preview, served at 1", planners[1], preview),
+    ]
+    order = []
+    while due:
+        chosen = pick_frame(due)
+        order.append(chosen[0])
+        due.remove(chosen)
+    assert order == [
+        "preview, served at 1", "preview, served at 2", "full", "refresh, served long ago"
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="at least one"):
+        pick_frame([])
+
+
+def test_planners_sharing_a_pacing_share_its_beat_and_refresh_budget():
+    pacing = FramePacing(max_fps=10, refresh_share=0.25)
+    a, b = (
+        FramePlanner(rest_seconds=0.0, pacing=pacing),
+        FramePlanner(rest_seconds=0.0, pacing=pacing),
+    )
+    for planner in (a, b):
+        planner.camera(camera(0.0))
+    first = a.next_frame(0.0, version=0)
+    a.rendered(first, cost=0.01, now=0.01)
+    assert b.next_frame(0.05, version=0) is None  # a's frame took this beat from b too
+    second = b.next_frame(0.1, version=0)
+    assert second is not None and not second.refresh
+    b.rendered(second, cost=0.1, now=0.2)  # a slow frame: the refresh budget waits 0.3 s
+    assert a.next_frame(0.3, version=1) is None  # a's refresh waits for b's frame's share
+    assert 0.19 < a.seconds_to_next(0.3, version=1) < 0.21
+    refresh = a.next_frame(0.5, version=1)
+    assert refresh is not None and refresh.refresh
+    alone = FramePlanner(rest_seconds=0.0, max_fps=10)
+    assert alone.beat is not a.beat and alone.max_fps == 10.0
+    with pytest.raises(ValueError, match="finite number > 0"):
+        FramePacing(max_fps=0.0)

@@ -444,8 +444,12 @@ def main() -> None:
                     sizes = sorted({(w, h) for _, w, h in frames})
                     row.setdefault("frame_sizes", set()).update(sizes)
                     row.setdefault("stage_ms", []).append(
-                        {k: 1000 * v for k, v in timings.items() if k not in ("pixels", "bytes")}
-                        | {"pixels": timings.get("pixels"), "bytes": timings.get("bytes")}
+                        {
+                            k: 1000 * v
+                            for k, v in timings.items()
+                            if k not in ("pixels", "bytes", "frames")
+                        }
+                        | {k: timings.get(k) for k in ("pixels", "bytes", "frames")}
                     )
                     note = f", {len(frames) / (end - start):.1f} frames/s {sizes}"
                     if settles:

@@ -1,23 +1,23 @@
-"""A canonical world frame for a capture: up along +z, centred, unit camera distance.
+"""A canonical world frame for a capture: centred, unit camera distance, principal axes.
 
 COLMAP's world frame is arbitrary: its first camera's axes, in units the
 reconstruction picked. :func:`world_alignment` finds a similarity (rotation,
-uniform scale, translation) that puts the capture in a canonical frame, the
-convention of gsplat's ``simple_trainer.py`` (``normalize_world_space``, after
-nerf-factory), so that the two trainers can be compared in the same frame (on the fox
-the two frames differ by a half turn about ``z``, the sign of a principal axis being
-arbitrary; Adam, which treats each coordinate on its own, is indifferent to it):
+uniform scale, translation) that puts the capture in the frame of gsplat's
+``simple_trainer.py`` (``normalize_world_space``, after nerf-factory), so that
+the two trainers can be compared in the same frame:
 
 1. rotate so that the mean of the cameras' up directions (their ``-y`` axes)
-   becomes ``+z``;
+   becomes ``-y`` (OpenCV's up; gsplat's code does this, though its comment says +z);
 2. centre on the cameras' focus: for each camera the point of its optical axis
-   nearest the origin, the per-axis median over cameras;
+   nearest the origin, the per-axis median over cameras (in the frame of step 1:
+   medians depend on the axes they are taken along);
 3. scale so that the median camera lies at distance 1 from it;
 4. rotate about the median of the points so that their principal axes become
    ``x, y, z`` in order of decreasing spread (``z`` the thinnest), a right-handed
-   frame;
+   frame; this rotation replaces step 1's, so the cameras' up ends wherever the
+   points' axes put it (along ``-x`` on the fox);
 5. turn the scene upside down (a half turn about ``x``) when the points' median
-   height lies above their mean height, taking the denser side as the floor.
+   ``z`` lies above their mean ``z``, taking the denser side as the floor.
 
 :func:`transform_dataset` applies a similarity to a dataset: its cameras, points,
 centre and extent. gsnb's trainer is equivariant to the scale and translation of
@@ -88,10 +88,10 @@ def world_alignment(viewmats: np.ndarray, points: np.ndarray) -> np.ndarray:
         )
     c2w = rigid_inverse(viewmats)
     axes, centres = c2w[:, :3, :3], c2w[:, :3, 3]
-    # (1) up: the cameras' -y axes, averaged
+    # (1) up: the cameras' -y axes, averaged, turned to -y
     up = (-axes[:, :, 1]).mean(axis=0)
     norm = float(np.linalg.norm(up))
-    rotation = np.eye(3) if norm < 1e-12 else _rotation_between(up / norm, np.array([0, 0, 1.0]))
+    rotation = np.eye(3) if norm < 1e-12 else _rotation_between(up / norm, np.array([0, -1.0, 0]))
     centres = centres @ rotation.T
     forward = axes[:, :, 2] @ rotation.T
     # (2) focus: each optical axis' point nearest the origin, the median of them

@@ -408,6 +408,11 @@ def training_payload(
         "data_order": {
             "views": [v.name for v in views],
             "sizes": [[v.width, v.height] for v in views],
+            # world-to-camera, so that a resume on moved cameras (another reconstruction, or
+            # the data in another world frame) is refused rather than trained on
+            "poses": torch.stack([v.viewmat.detach().double().cpu().reshape(4, 4) for v in views])
+            if views
+            else torch.zeros(0, 4, 4, dtype=torch.float64),
             "order": order["order"],
             "pos": order["pos"],
         },
@@ -463,7 +468,8 @@ class TrainingState:
         return dict(self.payload.get("pending_knobs") or {})
 
     def check_views(self, views: Sequence[View]) -> None:
-        """Raise :class:`CheckpointError` unless ``views`` are the training views, same sizes."""
+        """Raise :class:`CheckpointError` unless ``views`` are the training views, same sizes
+        and (for checkpoints that record them) the same camera poses."""
         order = self.payload["data_order"]
         names = [v.name for v in views]
         if list(order["views"]) != names:
@@ -481,6 +487,20 @@ class TrainingState:
                 f"{saved[first][0]}x{saved[first][1]} px but the dataset has it at "
                 f"{sizes[first][0]}x{sizes[first][1]}; load the data with the same downscale"
             )
+        poses = order.get("poses")
+        if poses is not None:
+            saved_poses = torch.as_tensor(poses, dtype=torch.float64).reshape(-1, 4, 4)
+            now = torch.stack([v.viewmat.detach().double().cpu().reshape(4, 4) for v in views])
+            reach = float(saved_poses[:, :3, 3].abs().max()) if len(views) else 0.0
+            moved = (saved_poses - now).abs().amax(dim=(1, 2)) > 1e-4 * max(1.0, reach)
+            if bool(moved.any()):
+                first = int(moved.nonzero()[0, 0])
+                raise CheckpointError(
+                    f"checkpoint {self.source} was trained with {names[first]} at another camera "
+                    "pose than this dataset's (another reconstruction, or the data moved to "
+                    "another world frame, e.g. by gsnb.data.normalize_world); load the data in "
+                    "the frame it was trained in"
+                )
 
     def restore_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Load Adam's state into ``optimizer`` (made for :attr:`model`); shapes are checked."""

@@ -103,8 +103,9 @@ class Viewer:
             together (default: 30 for a trainer, a video's rate: each frame takes the
             interpreter's lock from the training thread for its launches; 60 for a model).
             With several tabs open, a tab whose camera moves is served first, then full
-            frames a camera waits for, then refreshes (:func:`~gsnb.viewer.stream.pick_frame`);
-            ``refresh_share`` too is for the tabs together.
+            frames a camera waits for, then refreshes, and no tab waits more than half a
+            second (:func:`~gsnb.viewer.stream.pick_frame`); ``refresh_share`` too is for the
+            tabs together.
         jpeg_quality: quality of the streamed frames.
         gpu_jpeg: encode frames on the GPU: ``None`` (where possible), ``True`` or ``False``.
         background: background colour of a model's renders (default: the one it was trained
@@ -378,7 +379,10 @@ class Viewer:
             # plain function would go to viser's thread pool, one more thread waking for
             # the interpreter's lock on every report (60 a second while dragging), taken
             # from the training thread
-            self._camera_moved(client.client_id, camera)
+            try:
+                self._camera_moved(client.client_id, camera)
+            except Exception as err:  # kept for last_error; viser's handler must go on
+                self.last_error = err
 
         client.camera.on_update(moved)
         self._camera_moved(client.client_id, client.camera)
@@ -447,8 +451,11 @@ class Viewer:
                 ]
             if due and not self._stopped.is_set():
                 # the tabs share one beat: one frame now, the most wanted of them
-                chosen = pick_frame(due)
+                chosen = pick_frame(due, now)
                 self._guarded(lambda: self._send_frame(*chosen))  # noqa: B023
+                # served, or failed: either way the other tabs come first next time (a tab
+                # whose frames keep failing must not take every beat)
+                chosen[1].served_at = max(chosen[1].served_at, time.monotonic())
             # sleep until the next frame is due (a camera or a training step wakes it sooner);
             # under the clients' lock, so that a camera that comes later sees when that is
             with self._clients_lock:

@@ -195,7 +195,7 @@ class FramePlanner:
         self.max_fps = pacing.max_fps
         self.beat = pacing.beat  # the earliest time the next frame may start
         self.refresh = pacing.refresh
-        self.shown_at = -math.inf  # when the latest frame was sent
+        self.served_at = -math.inf  # when a frame was last sent (or failed) for this browser
         self._camera: BrowserCamera | None = None
         self._shown: FrameRequest | None = None
 
@@ -270,7 +270,7 @@ class FramePlanner:
     def rendered(self, request: FrameRequest, cost: float, now: float) -> None:
         """Record that ``request`` was rendered and sent, taking ``cost`` seconds."""
         self._shown = request
-        self.shown_at = now
+        self.served_at = now
         self.refresh.spent(cost, now)
         self.beat.mark(request.planned)
 
@@ -280,10 +280,14 @@ Key = TypeVar("Key")
 
 def pick_frame(
     due: Sequence[tuple[Key, FramePlanner, FrameRequest]],
+    now: float,
+    patience: float = 0.5,
 ) -> tuple[Key, FramePlanner, FrameRequest]:
-    """The first to send of several tabs' due frames ``(key, planner, request)``: a moving
-    camera's preview, then a full frame a camera waits for, then a refresh for a new
-    model; among equals, the tab whose latest frame is the oldest.
+    """The first to send of several tabs' due frames ``(key, planner, request)`` at ``now``:
+    a moving camera's preview, then a full frame a camera waits for, then a refresh for a
+    new model; among equals, the tab served longest ago. A tab not served for ``patience``
+    seconds comes before all of these, so that a drag in one tab slows the others down to
+    a frame every ``patience`` seconds but never freezes them.
 
     A viewer's tabs share its frame rate (each frame costs a training run alike), so a
     tab being dragged is served before tabs that only follow training.
@@ -291,17 +295,22 @@ def pick_frame(
     Example:
         >>> cam = BrowserCamera((1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0), 1.0, 64, 48, 0.0)
         >>> a, b = FramePlanner(), FramePlanner()
+        >>> a.served_at = b.served_at = 9.9
         >>> refresh = FrameRequest(cam, 64, 48, preview=False, version=2, refresh=True)
         >>> preview = FrameRequest(cam, 16, 12, preview=True, version=2)
-        >>> pick_frame([("a", a, refresh), ("b", b, preview)])[0]
+        >>> pick_frame([("a", a, refresh), ("b", b, preview)], now=10.0)[0]
         'b'
+        >>> pick_frame([("a", a, refresh), ("b", b, preview)], now=10.5)[0]  # a waited 0.6 s
+        'a'
     """
     if not due:
         raise ValueError("pick_frame needs at least one due frame")
 
     def rank(entry: tuple[Key, FramePlanner, FrameRequest]) -> tuple[int, float]:
         _, planner, request = entry
+        if now - planner.served_at >= patience:
+            return -1, planner.served_at
         kind = 2 if request.refresh else 0 if request.preview else 1
-        return kind, planner.shown_at
+        return kind, planner.served_at
 
     return min(due, key=rank)

@@ -54,6 +54,57 @@ def test_world_alignment_centres_scales_and_orders_the_principal_axes() -> None:
     assert np.ptp(centres[:, 2]) < 0.02
 
 
+GSPLAT_NORMALIZE = (
+    Path(__file__).resolve().parents[2]
+    / ".."
+    / "shared"
+    / "anchors"
+    / "gsplat-simple-trainer"
+    / "examples"
+    / "datasets"
+    / "normalize.py"
+)
+
+
+def gsplat_alignment(viewmats: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """gsplat 1.5.3's own normalize_world_space transform (its examples' code, run as is)."""
+    import importlib.util
+
+    if not GSPLAT_NORMALIZE.is_file():
+        pytest.skip(f"gsplat's examples are not at {GSPLAT_NORMALIZE.resolve()}")
+    spec = importlib.util.spec_from_file_location("gsplat_normalize", GSPLAT_NORMALIZE)
+    assert spec is not None and spec.loader is not None
+    gsplat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gsplat)
+    c2w = rigid_inverse(viewmats)
+    first = gsplat.similarity_from_cameras(c2w)
+    moved = gsplat.transform_points(first, points)
+    second = gsplat.align_principal_axes(moved)
+    total = second @ first
+    moved = gsplat.transform_points(second, moved)
+    if np.median(moved[:, 2]) > np.mean(moved[:, 2]):  # simple_trainer's colmap.py flip
+        total = np.diag([1.0, -1.0, -1.0, 1.0]) @ total
+    return total
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_world_alignment_is_gsplats_normalize_world_space(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    turn = rng.normal(size=(3, 3))
+    tilt = torch.linalg.matrix_exp(torch.from_numpy(turn - turn.T)).numpy()
+    centre = rng.normal(size=3) * 5
+    eyes = [
+        centre + tilt @ (rng.uniform(2, 6) * np.array([np.cos(a), np.sin(a), rng.uniform(0, 1)]))
+        for a in rng.uniform(0, 2 * np.pi, 12)
+    ]
+    target = centre + rng.normal(size=3) * 0.3  # the cameras look near, not at, the centre
+    views = np.stack([look_at(e, target, up=tilt @ np.array([0, 0, 1.0])) for e in eyes])
+    points = centre + (rng.normal(size=(400, 3)) * (2.0, 1.0, 0.3)) @ tilt.T
+    np.testing.assert_allclose(
+        world_alignment(views, points), gsplat_alignment(views, points), atol=1e-9
+    )
+
+
 def test_world_alignment_refuses_too_little_to_align() -> None:
     with pytest.raises(ValueError, match="needs a camera and 3 points"):
         world_alignment(np.eye(4)[None], np.zeros((2, 3)))

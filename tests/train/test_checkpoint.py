@@ -124,6 +124,19 @@ def test_resume_on_other_views_is_refused(make_scene, tmp_path: Path) -> None:
         Trainer.resume_from(tmp_path / "c.pt", fewer)
 
 
+def test_resume_on_moved_cameras_is_refused(make_scene, tmp_path: Path) -> None:
+    # the same views in another world frame (here: normalize_world's) would train the saved
+    # Gaussians against cameras they were never fitted to
+    from gsnb.data.normalize import normalize_world
+
+    data = make_scene(views=4)
+    Trainer(data, TrainConfig(steps=2)).save_checkpoint(tmp_path / "c.pt")
+    moved, _ = normalize_world(data)
+    with pytest.raises(CheckpointError, match="at another camera pose than this dataset's"):
+        Trainer.resume_from(tmp_path / "c.pt", moved)
+    assert Trainer.resume_from(tmp_path / "c.pt", data).step_count == 0  # the same frame resumes
+
+
 @contextlib.contextmanager
 def file_size_limit(size: int):
     """A full disk for this process: writes past ``size`` bytes fail with EFBIG."""

@@ -322,3 +322,26 @@ def test_two_tabs_share_max_fps_and_both_get_frames(viewers):
     assert 10 <= frames <= elapsed * 20 + 2  # 20 a second in all, not 20 for each tab
     assert min(got.values()) >= 0.3 * frames  # neither tab starves
     assert viewer.last_error is None
+
+
+def test_a_tab_whose_frames_fail_does_not_starve_the_others(viewers):
+    # e.g. a canvas too large for the GPU's memory in one tab: the other tabs go on
+    model = GaussianModel.from_points(torch.rand(60, 3) - 0.5, torch.rand(60, 3), sh_degree=0)
+    viewer = viewers(model, mode="render", rest_seconds=0.0)
+    render = viewer.render
+
+    def failing_for_wide_canvases(view):
+        if view.width == 40:
+            raise RuntimeError("out of memory (a test's)")
+        return render(view)
+
+    viewer.render = failing_for_wide_canvases
+    with ViewerClient(viewer.url) as good, ViewerClient(viewer.url) as bad:
+        bad.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 40, 30)
+        good.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+        assert good.next_frame(timeout=10).shape == (24, 32, 3)
+        for step in range(3):
+            eye = (EYE[0] + 0.5 * (step + 1), *EYE[1:])
+            good.send_camera(look_from(eye, (0, 0, 0)), eye, FOV, 32, 24)
+            good.next_frame(timeout=10)
+    assert isinstance(viewer.last_error, RuntimeError)  # the bad tab's frames did fail

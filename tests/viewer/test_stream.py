@@ -148,27 +148,34 @@ def test_a_beat_keeps_its_rate_refuses_bad_rates_and_says_when_the_next_is():
 def test_pick_frame_serves_a_moving_camera_then_a_waiting_full_frame_then_refreshes():
     cam = camera(0.0)
     planners = [FramePlanner() for _ in range(4)]
-    for i, p in enumerate(planners):
-        p.shown_at = [3.0, 1.0, 2.0, 0.5][i]
+    for p, served in zip(planners, [10.0, 9.8, 9.9, 9.7], strict=True):
+        p.served_at = served
     refresh = FrameRequest(cam, 640, 360, preview=False, version=5, refresh=True)
     full = FrameRequest(cam, 640, 360, preview=False, version=5)
     preview = FrameRequest(cam, 160, 90, preview=True, version=5)
-    due = [
-        ("refresh, served long ago", planners[3], refresh),
+    entries = [
+        ("refresh, served at 9.7", planners[3], refresh),
         ("full", planners[0], full),
-        ("preview, served at 2", planners[2], preview),
-        ("preview, served at 1", planners[1], preview),
+        ("preview, served at 9.9", planners[2], preview),
+        ("preview, served at 9.8", planners[1], preview),
     ]
-    order = []
-    while due:
-        chosen = pick_frame(due)
-        order.append(chosen[0])
-        due.remove(chosen)
-    assert order == [
-        "preview, served at 1", "preview, served at 2", "full", "refresh, served long ago"
+
+    def order(now: float) -> list[str]:
+        due, picked = list(entries), []
+        while due:
+            chosen = pick_frame(due, now)
+            picked.append(chosen[0])
+            due.remove(chosen)
+        return picked
+
+    # within half a second of their last frames: by kind, then the longest waiting
+    assert order(10.1) == [
+        "preview, served at 9.8", "preview, served at 9.9", "full", "refresh, served at 9.7"
     ]  # fmt: skip
+    # the refresh has waited 0.55 s: it goes first, so no tab freezes during another's drag
+    assert order(10.25)[0] == "refresh, served at 9.7"
     with pytest.raises(ValueError, match="at least one"):
-        pick_frame([])
+        pick_frame([], 0.0)
 
 
 def test_planners_sharing_a_pacing_share_its_beat_and_refresh_budget():

@@ -17,6 +17,14 @@ Recipes are named in ``RECIPES`` or given as a JSON file mapping a name to
     python benchmarks/quality_sweep.py .device/fox --recipes default,noreset,random_rotation \\
         --runs 9 --parallel 12 --steps 7000 --out out/sweep
 
+``--anchor RUN_SH`` adds gsplat's own ``simple_trainer.py`` as the recipe ``anchor``, run
+through the offline wrapper ``run.sh`` (``../shared/anchors/gsplat-simple-trainer``, copied
+into a git-ignored folder) in the same pool, so that gsnb's recipes and the trainer users
+know share one machine and one JSON; ``--baseline anchor`` compares every recipe with it::
+
+    python benchmarks/quality_sweep.py .device/fox --recipes default,normalize_world \
+        --anchor .device/anchor/run.sh --baseline anchor --runs 4 --steps 30000 --out out/30k
+
 On a CPU (``GSNB_RUN_DEVICE=cpu GSNB_RUN_BACKEND=reference``), a tiny scene::
 
     python benchmarks/quality_sweep.py SCENE --downscale 1 --steps 20 --runs 2 --parallel 2 \\
@@ -28,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -42,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import environment, git_commit, write_json
 
 RUN = Path(__file__).resolve().parent / "quality_run.py"
+ANCHOR = "anchor"  # the recipe name of gsplat's simple_trainer.py (--anchor)
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
     "noreset": {"strategy_kwargs": {"opacity_reset": False}},
@@ -93,11 +103,53 @@ def command(name: str, recipe: dict[str, Any], seed: int, args: argparse.Namespa
     ]  # fmt: skip
 
 
-def one_run(cmd: list[str], log: Path, timeout: float | None = None) -> dict[str, Any]:
-    """Run one training process; its RESULT row, or the tail of its output when it failed
-    (or ran past ``timeout`` seconds)."""
+def anchor_command(run_sh: Path, seed: int, args: argparse.Namespace) -> list[str]:
+    """The command line of one run of gsplat's ``simple_trainer.py`` through ``run_sh``."""
+    return [
+        "bash",
+        str(run_sh),
+        str(args.data),
+        str(args.downscale),
+        str(args.steps),
+        f"sweep{seed}",
+    ]
+
+
+def anchor_row(stdout: str) -> dict[str, Any] | None:
+    """The result of an anchor run, from the JSON line ``run.sh`` prints, as a sweep row
+    (``psnr``, ``ssim``, ``n`` Gaussians, ``wall_s`` its training time), or None.
+
+    Example:
+        >>> anchor_row('[setup] ...' + chr(10) + '{"anchor": "gsplat", "psnr": 32.1, "ssim": 0.9, '
+        ...            '"num_gaussians": 220000, "train_s": 61.1}')
+        {'psnr': 32.1, 'ssim': 0.9, 'n': 220000, 'wall_s': 61.1, 'anchor': 'gsplat'}
+    """
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            result = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(result, dict) and "anchor" in result and "psnr" in result:
+            return {
+                "psnr": result["psnr"],
+                "ssim": result.get("ssim"),
+                "n": result.get("num_gaussians"),
+                "wall_s": result.get("train_s"),
+                "anchor": result["anchor"],
+            }
+    return None
+
+
+def one_run(
+    cmd: list[str], log: Path, timeout: float | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run one training process; its RESULT row (or an anchor's, :func:`anchor_row`), or the
+    tail of its output when it failed (or ran past ``timeout`` seconds)."""
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as err:
         text = (err.stdout or b"").decode(errors="replace") + (err.stderr or b"").decode(
             errors="replace"
@@ -106,9 +158,10 @@ def one_run(cmd: list[str], log: Path, timeout: float | None = None) -> dict[str
         return {"error": f"ran past {timeout} s", "returncode": None}
     log.write_text(done.stdout + done.stderr)
     rows = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not rows:
+    anchor = None if rows else anchor_row(done.stdout)
+    if done.returncode != 0 or not (rows or anchor):
         return {"error": (done.stderr or done.stdout)[-1500:], "returncode": done.returncode}
-    return json.loads(rows[-1].removeprefix("RESULT "))
+    return anchor if anchor is not None else json.loads(rows[-1].removeprefix("RESULT "))
 
 
 def summarize(runs: list[dict[str, Any]], names: list[str], baseline: str) -> dict[str, Any]:
@@ -165,9 +218,25 @@ def main() -> None:
     parser.add_argument(
         "--run-timeout", type=float, default=3600.0, help="seconds before a run counts as failed"
     )
+    parser.add_argument(
+        "--anchor", type=Path, help="run.sh of the gsplat simple_trainer anchor: adds recipe anchor"
+    )
+    parser.add_argument(
+        "--anchor-work", type=Path, default=Path("/tmp/gs_anchor"),
+        help="the anchor's work folder (its setup, once per machine, and its runs)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("out/quality_sweep"))
     args = parser.parse_args()
     recipes = load_recipes(args.recipes)
+    if args.anchor is not None:
+        if not args.anchor.is_file():
+            parser.error(f"--anchor {args.anchor}: no such file (the anchor's run.sh)")
+        if ANCHOR in recipes:
+            parser.error(f"a recipe may not be named {ANCHOR!r} with --anchor")
+        recipes[ANCHOR] = {
+            "gsplat": "examples/simple_trainer.py default",
+            "run_sh": str(args.anchor),
+        }
     names = list(recipes)
     baseline = args.baseline or names[0]
     if baseline not in recipes:
@@ -190,7 +259,9 @@ def main() -> None:
             {
                 "benchmark": "quality_sweep",
                 "environment": info,
-                "settings": vars(args) | {"data": str(args.data), "out": str(args.out)},
+                "settings": {
+                    k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+                },
                 "recipes": recipes,
                 "baseline": baseline,
                 "note": "runs shared one device: quality is comparable, wall_s is not a speed",
@@ -199,21 +270,38 @@ def main() -> None:
             },
         )
 
+    setup = args.anchor_work / "setup.json"
+
+    def startable(name: str) -> bool:
+        # the anchor sets itself up (gsplat's JIT build) in its first run: the others wait
+        # for that to finish rather than build the same folder at once
+        if name != ANCHOR or setup.is_file():
+            return True
+        return not any(n == ANCHOR for n, _ in pending.values())
+
+    env = os.environ | {"GS_ANCHOR_WORK": str(args.anchor_work)}
     pending: dict[Future, tuple[str, int]] = {}
     with ThreadPoolExecutor(args.parallel) as pool, tqdm(total=len(jobs), unit="run") as bar:
         queue = list(jobs)
         while queue or pending:
             late = args.deadline > 0 and time.monotonic() - started > args.deadline
-            while queue and len(pending) < args.parallel and not late:
-                name, seed = queue.pop(0)
+            while len(pending) < args.parallel and not late:
+                ready = [job for job in queue if startable(job[0])]
+                if not ready:
+                    break
+                name, seed = ready[0]
+                queue.remove((name, seed))
                 log = args.out / "logs" / f"{name}_{seed}.log"
-                cmd = command(name, recipes[name], seed, args)
-                pending[pool.submit(one_run, cmd, log, args.run_timeout)] = (name, seed)
+                if name == ANCHOR:
+                    cmd = anchor_command(args.anchor, seed, args)
+                else:
+                    cmd = command(name, recipes[name], seed, args)
+                pending[pool.submit(one_run, cmd, log, args.run_timeout, env)] = (name, seed)
             if late:
                 queue.clear()
             if not pending:
                 break
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            done, _ = wait(pending, timeout=5.0, return_when=FIRST_COMPLETED)
             for future in done:
                 name, seed = pending.pop(future)
                 row = future.result() | {"name": name, "seed": seed}

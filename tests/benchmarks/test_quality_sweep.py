@@ -71,3 +71,31 @@ def test_a_run_past_its_timeout_is_a_failed_run(tmp_path: Path) -> None:
     row = quality_sweep.one_run(cmd, tmp_path / "log.txt", timeout=5.0)  # time to start
     assert row == {"error": "ran past 5.0 s", "returncode": None}
     assert "started" in (tmp_path / "log.txt").read_text()
+
+
+def test_an_anchor_run_is_read_from_the_json_line_its_wrapper_prints(tmp_path: Path) -> None:
+    line = json.dumps(
+        {"anchor": "gsplat-1.5.3 examples/simple_trainer.py default", "psnr": 32.27,
+         "ssim": 0.904, "num_gaussians": 219413, "train_s": 79.1}
+    )  # fmt: skip
+    cmd = [sys.executable, "-c", f"print('[setup] built'); print({line!r})"]
+    row = quality_sweep.one_run(cmd, tmp_path / "log.txt")
+    assert row == {
+        "psnr": 32.27, "ssim": 0.904, "n": 219413, "wall_s": 79.1,
+        "anchor": "gsplat-1.5.3 examples/simple_trainer.py default",
+    }  # fmt: skip
+    failed = quality_sweep.one_run([sys.executable, "-c", "print('{}')"], tmp_path / "log.txt")
+    assert "error" in failed  # no result line: a failed run, not a row of Nones
+    args = quality_sweep.argparse.Namespace(steps=30000, data=Path("fox"), downscale=2)
+    assert quality_sweep.anchor_command(Path("run.sh"), 3, args) == [
+        "bash", "run.sh", "fox", "2", "30000", "sweep3"
+    ]  # fmt: skip
+
+
+def test_a_missing_anchor_script_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "quality_sweep.py"), str(tmp_path), "--anchor",
+         str(tmp_path / "nope.sh"), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "no such file (the anchor's run.sh)" in done.stderr

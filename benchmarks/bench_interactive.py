@@ -486,6 +486,12 @@ def main() -> None:
         # each round against that round's headless window: steadier on a busy machine
         paired = [s / h for s, h in zip(row["steps_per_s"], headless_rounds, strict=True)]
         entry["throughput_vs_headless_paired_median"] = statistics.median(paired)
+        # the mean of the paired ratios and its standard error: whether a goal such as 90%
+        # is met, or within the rounds' spread
+        entry["throughput_vs_headless_paired_mean"] = statistics.fmean(paired)
+        if len(paired) > 1:
+            se = statistics.stdev(paired) / len(paired) ** 0.5
+            entry["throughput_vs_headless_paired_se"] = se
         cpu = statistics.median(row["cpu_s_per_step"])
         entry["cpu_s_per_step_median"] = cpu
         entry["cpu_per_step_vs_headless"] = cpu / statistics.median(
@@ -534,7 +540,14 @@ def main() -> None:
         print(
             f"{condition:17s} {entry['steps_per_s_median']:7.2f} steps/s "
             f"({100 * entry['throughput_vs_headless']:.0f} % of headless; paired rounds "
-            f"{100 * entry['throughput_vs_headless_paired_median']:.0f} %; CPU time per step "
+            f"{100 * entry['throughput_vs_headless_paired_median']:.0f} %"
+            + (
+                f", mean {100 * entry['throughput_vs_headless_paired_mean']:.1f}"
+                f" ± {100 * entry['throughput_vs_headless_paired_se']:.1f} %"
+                if "throughput_vs_headless_paired_se" in entry
+                else ""
+            )
+            + f"; CPU time per step "
             f"{100 * entry['cpu_per_step_vs_headless']:.0f} % of headless){extra}"
         )
         if "train_thread_cpu_s_per_step_median" in entry:

@@ -350,6 +350,13 @@ def _file_kind(source: Path) -> str | None:
     return f"a file of another format (it starts with {head[:4]!r})"
 
 
+def _poses(views: Sequence[View]) -> Tensor:
+    """The views' world-to-camera matrices ``[V, 4, 4]`` in float64 on the CPU."""
+    if not views:
+        return torch.zeros(0, 4, 4, dtype=torch.float64)
+    return torch.stack([v.viewmat.detach().double().cpu().reshape(4, 4) for v in views])
+
+
 def training_payload(
     *,
     step: int,
@@ -410,9 +417,7 @@ def training_payload(
             "sizes": [[v.width, v.height] for v in views],
             # world-to-camera, so that a resume on moved cameras (another reconstruction, or
             # the data in another world frame) is refused rather than trained on
-            "poses": torch.stack([v.viewmat.detach().double().cpu().reshape(4, 4) for v in views])
-            if views
-            else torch.zeros(0, 4, 4, dtype=torch.float64),
+            "poses": _poses(views),
             "order": order["order"],
             "pos": order["pos"],
         },
@@ -490,7 +495,7 @@ class TrainingState:
         poses = order.get("poses")
         if poses is not None:
             saved_poses = torch.as_tensor(poses, dtype=torch.float64).reshape(-1, 4, 4)
-            now = torch.stack([v.viewmat.detach().double().cpu().reshape(4, 4) for v in views])
+            now = _poses(views)
             reach = float(saved_poses[:, :3, 3].abs().max()) if len(views) else 0.0
             moved = (saved_poses - now).abs().amax(dim=(1, 2)) > 1e-4 * max(1.0, reach)
             if bool(moved.any()):

@@ -183,14 +183,14 @@ class FramePlanner:
     ) -> None:
         if not 0.0 < preview_scale <= 1.0:
             raise ValueError(f"preview_scale must lie in (0, 1], got {preview_scale!r}")
-        if not 0 < max_fps < math.inf or not max_size >= 16 or not rest_seconds >= 0:
+        if not max_size >= 16 or not rest_seconds >= 0:
             raise ValueError(
-                "max_fps must be a finite number > 0, max_size >= 16 and rest_seconds >= 0"
+                f"max_size must be >= 16 and rest_seconds >= 0, got {max_size!r}, {rest_seconds!r}"
             )
         self.preview_scale = preview_scale
         self.rest_seconds = rest_seconds
         self.max_size = int(max_size)
-        if pacing is None:
+        if pacing is None:  # checks max_fps
             pacing = FramePacing(max_fps, refresh_share)
         self.max_fps = pacing.max_fps
         self.beat = pacing.beat  # the earliest time the next frame may start

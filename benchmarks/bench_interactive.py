@@ -276,6 +276,54 @@ def thread_cpu(trainer: Any, viewer: Any) -> dict[str, float]:
     return found
 
 
+def summarize(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each condition's medians, its paired throughput against headless, and its rounds."""
+    headless_rounds = results["headless"]["steps_per_s"]
+    headless = statistics.median(headless_rounds)
+    summary = {}
+    for condition, row in results.items():
+        entry: dict[str, Any] = {"steps_per_s_median": statistics.median(row["steps_per_s"])}
+        entry["throughput_vs_headless"] = entry["steps_per_s_median"] / headless
+        # each round against that round's headless window: steadier on a busy machine
+        paired = [s / h for s, h in zip(row["steps_per_s"], headless_rounds, strict=True)]
+        entry["throughput_vs_headless_paired_median"] = statistics.median(paired)
+        # the mean of the paired ratios and its standard error: whether a goal such as 90%
+        # is met, or within the rounds' spread
+        entry["throughput_vs_headless_paired_mean"] = statistics.fmean(paired)
+        if len(paired) > 1:
+            se = statistics.stdev(paired) / len(paired) ** 0.5
+            entry["throughput_vs_headless_paired_se"] = se
+        cpu = statistics.median(row["cpu_s_per_step"])
+        entry["cpu_s_per_step_median"] = cpu
+        entry["cpu_per_step_vs_headless"] = cpu / statistics.median(
+            results["headless"]["cpu_s_per_step"]
+        )
+        if "frames_per_s" in row:
+            entry["frames_per_s_median"] = statistics.median(row["frames_per_s"])
+            entry["full_size_frames_per_s_median"] = statistics.median(row["full_frames_per_s"])
+            entry["frame_sizes"] = [list(s) for s in sorted(row["frame_sizes"])]
+            entry["encoder"] = row["encoder"]
+        if row.get("frames_per_s_per_tab"):
+            entry["frames_per_s_per_tab_median"] = [
+                statistics.median(tab) for tab in zip(*row["frames_per_s_per_tab"], strict=True)
+            ]
+        if row.get("settle_s"):
+            entry["settle_s_median"] = statistics.median(row["settle_s"])
+            entry["settle_s_max"] = max(row["settle_s"])
+        for key in ("train_thread_cpu_s_per_step", "train_thread_cpu_share"):
+            if row.get(key):
+                entry[f"{key}_median"] = statistics.median(row[key])
+        if row.get("viewer_thread_cpu_share"):
+            entry["viewer_thread_cpu_share_median"] = statistics.median(
+                row["viewer_thread_cpu_share"]
+            )
+        if "panel_busy_share" in row:
+            entry["panel_busy_share_median"] = statistics.median(row["panel_busy_share"])
+        rounds = {k: v for k, v in row.items() if k not in ("frame_sizes", "encoder")}
+        summary[condition] = entry | {"rounds": rounds}
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="?", type=Path, default=FOX, help="dataset (default fox)")
@@ -369,6 +417,28 @@ def main() -> None:
             print(f"  (GPU encoding unavailable: {row['gpu_error']})")
 
     results: dict[str, dict[str, Any]] = {c: {"steps_per_s": []} for c in conditions}
+
+    def report(rounds_done: int) -> dict[str, dict[str, Any]]:
+        # written after every round: a run cut short keeps the rounds it finished
+        summary = summarize(results)
+        payload = {
+            "benchmark": "bench_interactive",
+            "environment": info,
+            "settings": vars(args) | {"data": str(args.data), "out": str(args.out)},
+            "backend": backend,
+            "device": str(trainer.device),
+            "image_size": [data.train[0].width, data.train[0].height],
+            "gaussians_at_end": trainer.num_gaussians,
+            "viewer_size": list(canvas),
+            "render_ms_at_viewer_size": render_ms,
+            "frame_breakdown_at_viewer_size": breakdown,
+            "rounds_done": rounds_done,
+            "conditions": summary,
+        }
+        path = args.out / "bench_interactive.json"
+        write_json(path, payload)
+        return summary
+
     trainer.start()
     try:
         for round_ in range(args.rounds):
@@ -472,68 +542,13 @@ def main() -> None:
                     f"({trainer.num_gaussians} Gaussians)",
                     flush=True,
                 )
+            report(round_ + 1)
     finally:
         trainer.stop()
     if trainer.error is not None:
         raise RuntimeError("training failed during the benchmark") from trainer.error
 
-    headless_rounds = results["headless"]["steps_per_s"]
-    headless = statistics.median(headless_rounds)
-    summary = {}
-    for condition, row in results.items():
-        entry: dict[str, Any] = {"steps_per_s_median": statistics.median(row["steps_per_s"])}
-        entry["throughput_vs_headless"] = entry["steps_per_s_median"] / headless
-        # each round against that round's headless window: steadier on a busy machine
-        paired = [s / h for s, h in zip(row["steps_per_s"], headless_rounds, strict=True)]
-        entry["throughput_vs_headless_paired_median"] = statistics.median(paired)
-        # the mean of the paired ratios and its standard error: whether a goal such as 90%
-        # is met, or within the rounds' spread
-        entry["throughput_vs_headless_paired_mean"] = statistics.fmean(paired)
-        if len(paired) > 1:
-            se = statistics.stdev(paired) / len(paired) ** 0.5
-            entry["throughput_vs_headless_paired_se"] = se
-        cpu = statistics.median(row["cpu_s_per_step"])
-        entry["cpu_s_per_step_median"] = cpu
-        entry["cpu_per_step_vs_headless"] = cpu / statistics.median(
-            results["headless"]["cpu_s_per_step"]
-        )
-        if "frames_per_s" in row:
-            entry["frames_per_s_median"] = statistics.median(row["frames_per_s"])
-            entry["full_size_frames_per_s_median"] = statistics.median(row["full_frames_per_s"])
-            entry["frame_sizes"] = [list(s) for s in sorted(row.pop("frame_sizes"))]
-            entry["encoder"] = row.pop("encoder")
-        if row.get("frames_per_s_per_tab"):
-            entry["frames_per_s_per_tab_median"] = [
-                statistics.median(tab) for tab in zip(*row["frames_per_s_per_tab"], strict=True)
-            ]
-        if row.get("settle_s"):
-            entry["settle_s_median"] = statistics.median(row["settle_s"])
-            entry["settle_s_max"] = max(row["settle_s"])
-        for key in ("train_thread_cpu_s_per_step", "train_thread_cpu_share"):
-            if row.get(key):
-                entry[f"{key}_median"] = statistics.median(row[key])
-        if row.get("viewer_thread_cpu_share"):
-            entry["viewer_thread_cpu_share_median"] = statistics.median(
-                row["viewer_thread_cpu_share"]
-            )
-        if "panel_busy_share" in row:
-            entry["panel_busy_share_median"] = statistics.median(row["panel_busy_share"])
-        summary[condition] = entry | {"rounds": row}
-    payload = {
-        "benchmark": "bench_interactive",
-        "environment": info,
-        "settings": vars(args) | {"data": str(args.data), "out": str(args.out)},
-        "backend": backend,
-        "device": str(trainer.device),
-        "image_size": [data.train[0].width, data.train[0].height],
-        "gaussians_at_end": trainer.num_gaussians,
-        "viewer_size": list(canvas),
-        "render_ms_at_viewer_size": render_ms,
-        "frame_breakdown_at_viewer_size": breakdown,
-        "conditions": summary,
-    }
-    path = args.out / "bench_interactive.json"
-    write_json(path, payload)
+    summary = report(args.rounds)
     for condition, entry in summary.items():
         frames = entry.get("frames_per_s_median")
         extra = f", {frames:.1f} frames/s" if frames is not None else ""
@@ -561,7 +576,7 @@ def main() -> None:
                     else ""
                 )
             )
-    print(f"wrote {path}")
+    print(f"wrote {args.out / 'bench_interactive.json'}")
 
 
 def _version(name: str) -> str | None:

@@ -417,6 +417,7 @@ def main() -> None:
             print(f"  (GPU encoding unavailable: {row['gpu_error']})")
 
     results: dict[str, dict[str, Any]] = {c: {"steps_per_s": []} for c in conditions}
+    path = args.out / "bench_interactive.json"
 
     def report(rounds_done: int) -> dict[str, dict[str, Any]]:
         # written after every round: a run cut short keeps the rounds it finished
@@ -435,7 +436,6 @@ def main() -> None:
             "rounds_done": rounds_done,
             "conditions": summary,
         }
-        path = args.out / "bench_interactive.json"
         write_json(path, payload)
         return summary
 
@@ -576,7 +576,7 @@ def main() -> None:
                     else ""
                 )
             )
-    print(f"wrote {args.out / 'bench_interactive.json'}")
+    print(f"wrote {path}")
 
 
 def _version(name: str) -> str | None:

@@ -22,7 +22,7 @@ through the offline wrapper ``run.sh`` (``../shared/anchors/gsplat-simple-traine
 into a git-ignored folder) in the same pool, so that gsnb's recipes and the trainer users
 know share one machine and one JSON; ``--baseline anchor`` compares every recipe with it::
 
-    python benchmarks/quality_sweep.py .device/fox --recipes default,normalize_world \
+    python benchmarks/quality_sweep.py .device/fox --recipes default,normalize_world \\
         --anchor .device/anchor/run.sh --baseline anchor --runs 4 --steps 30000 --out out/30k
 
 On a CPU (``GSNB_RUN_DEVICE=cpu GSNB_RUN_BACKEND=reference``), a tiny scene::

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 from collections.abc import Sequence
 
 # command -> (module, function prefix, one-line help). The module defines
@@ -42,6 +43,7 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``gsnb``; returns the process exit code."""
+    started = time.perf_counter()  # the commands' timelines start here (gsnb.train.timeline)
     args_in = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args_in if not a.startswith("-")), None)
     parser = build_parser(chosen if chosen in COMMANDS else None)
@@ -59,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         args.serve_viewer = serve_run
     module, prefix, _ = COMMANDS[args.command]
+    args.started = started
     try:
         return int(getattr(importlib.import_module(module), prefix)(args) or 0)
     except KeyboardInterrupt:

@@ -40,6 +40,7 @@ from gsnb.train.options import (
 )
 from gsnb.train.rundir import RunFolder, checkpoint_bytes, ply_bytes
 from gsnb.train.strategy import Strategy, make_strategy
+from gsnb.train.timeline import Timeline, timeline_text
 from gsnb.train.trainer import CHECKPOINT_NAME, DensifyError, Trainer
 from gsnb.utils.atomic import atomic_write
 
@@ -127,6 +128,8 @@ def train(args: argparse.Namespace) -> int:
         return train_worker(args)
     if getattr(args, "nproc", 1) > 1:
         return _launch_workers(args)
+    timeline = Timeline(getattr(args, "started", None))
+    timeline.mark("imports")  # from gsnb's entry: the parser, torch and this command's modules
     out = Path(args.out)
     folder = RunFolder(out)
     try:
@@ -146,6 +149,7 @@ def train(args: argparse.Namespace) -> int:
             )
             claim_folder(folder, args, "gsnb train")  # only once the data loaded: no empty folders
             trainer = Trainer(data, config, strategy=strategy, progress=not args.no_progress)
+        timeline.mark("data")  # the dataset read, its images decoded, the Gaussians made
         preflight(trainer, folder, progress=not args.no_progress)
         close_viewer = _start_viewer(args, trainer, out)
     except (OSError, ValueError, RuntimeError, ImportError) as err:
@@ -157,7 +161,9 @@ def train(args: argparse.Namespace) -> int:
         return ["gsnb", "train", str(args.data), "--out", str(out), "--resume", str(path)]
 
     try:
-        return _train_and_report(trainer, out, "gsnb train", not args.no_progress, resume=again)
+        return _train_and_report(
+            trainer, out, "gsnb train", not args.no_progress, resume=again, timeline=timeline
+        )
     finally:
         close_viewer()
         folder.release()
@@ -246,6 +252,8 @@ def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) 
         sink = quiet.enter_context(open(os.devnull, "w"))  # noqa: SIM115
         quiet.enter_context(contextlib.redirect_stdout(sink))
         quiet.enter_context(contextlib.redirect_stderr(sink))
+    timeline = Timeline(getattr(args, "started", None))
+    timeline.mark("imports")
     out = Path(args.out)
     folder = RunFolder(out)
     owns = rank0 and not folder_claimed
@@ -258,6 +266,7 @@ def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) 
                 if owns:
                     claim_folder(folder, args, name)
                 trainer = _worker_trainer(args, out, progress=rank0 and not args.no_progress)
+                timeline.mark("data")
                 if rank0:
                     preflight(trainer, folder, progress=not args.no_progress)
                     close_viewer = _start_viewer(args, trainer, out)
@@ -279,7 +288,7 @@ def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) 
 
             return _train_and_report(
                 trainer, out, name, not args.no_progress, resume=again,
-                after_run=_leave,
+                after_run=_leave, timeline=timeline,
             )  # fmt: skip
     finally:
         close_viewer()
@@ -439,17 +448,22 @@ def _train_and_report(
     resume: Callable[[Path], list[str]],
     extra: Callable[[Trainer], dict[str, str]] | None = None,
     after_run: Callable[[Trainer], None] | None = None,
+    timeline: Timeline | None = None,
 ) -> int:
     """Run to the end, then evaluate, write the files (``extra`` adds more) and print a summary.
 
     ``resume(checkpoint)`` is the command line that continues this run; ``after_run``
-    is called once the training loop has ended without an error.
+    is called once the training loop has ended without an error. ``timeline``: the
+    command's phases so far (default: one that starts now); the summary gets them all.
     """
+    if timeline is None:
+        timeline = Timeline()
     print(f"{name}: {trainer!r}")
     print(f"  data: {trainer.dataset!r}")
     print(f"  renderer: {backend_text(trainer.device, trainer.config.backend)}")
     estimate = RunTimeEstimate(trainer.config.steps, trainer.device, _say(name, progress))
     forget = trainer.on_step(estimate)
+    timeline.mark("checks")  # the checks before the first step (space, test images), the viewer
     start = time.perf_counter()
     try:
         trainer.run(progress=progress)
@@ -468,10 +482,14 @@ def _train_and_report(
     finally:
         forget()
     seconds = time.perf_counter() - start
+    timeline.mark("training")  # the loop: steps, checkpoints, callbacks
     try:
-        report = finish_run(trainer, out, seconds)
+        report = finish_run(trainer, out, seconds, timeline)
         if extra is not None:
-            report["files"] |= extra(trainer)
+            made = extra(trainer)
+            report["files"] |= made
+            timeline.mark(" and ".join(made) or "extra files")
+            report["timings"] = timeline.seconds()
             write_summary(out, report)
     except (OSError, ValueError, RuntimeError) as err:
         print(f"{name}: error while writing results: {err}", file=sys.stderr)
@@ -489,8 +507,12 @@ def _say(name: str, progress: bool) -> Callable[[str], None]:
     return lambda line: print(f"{name}: {line}", flush=True)
 
 
-def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
-    """Evaluate, write checkpoint, PLY and metrics; the summary.
+def finish_run(
+    trainer: Trainer, out: Path, seconds: float, timeline: Timeline | None = None
+) -> dict[str, Any]:
+    """Evaluate, write checkpoint, PLY and metrics; the summary. With ``timeline``, the
+    evaluation and the files are its phases ``evaluation`` and ``files``, and the summary's
+    ``timings`` holds every phase's seconds.
 
     Example:
         >>> import tempfile
@@ -532,6 +554,8 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
             "note": result.lpips_note,
             "protocol": result.protocol,  # whole images, or right halves (train_test_exp)
         }
+        if timeline is not None:
+            timeline.mark("evaluation")
     files = report["files"]
     files["checkpoint"] = str(final_checkpoint(trainer, out))
     from gsnb.export.ply import write_ply
@@ -540,6 +564,9 @@ def finish_run(trainer: Trainer, out: Path, seconds: float) -> dict[str, Any]:
     files["ply"] = str(out / PLY_NAME)
     files["metrics"] = str(write_metrics(out, trainer.history, trainer.leg_start_step))
     files["summary"] = str(out / "summary.json")
+    if timeline is not None:
+        timeline.mark("files")
+        report["timings"] = timeline.seconds()
     write_summary(out, report)
     return report
 
@@ -586,6 +613,8 @@ def summary_text(name: str, report: dict[str, Any]) -> str:
             f"; resumed at step {leg['from_step']}, the whole run: {report['steps']} steps "
             f"in {report['seconds']:.1f} s of training"
         )
+    if report.get("timings"):
+        lines.append(f"  time:       {timeline_text(report['timings'])}")
     if "test" in report:
         t = report["test"]
         text = f"  test:       PSNR {t['psnr']:.2f} dB, SSIM {t['ssim']:.4f} ({t['views']} views"
@@ -724,6 +753,8 @@ def demo(args: argparse.Namespace) -> int:
     With ``--resume CHECKPOINT`` it continues an interrupted demo on its scene.
     Returns the exit code (0, 1 after an error, 130 when interrupted).
     """
+    timeline = Timeline(getattr(args, "started", None))
+    timeline.mark("imports")
     out = Path(args.out)
     device = demo_device(args)
     preset = demo_settings(device)
@@ -733,6 +764,7 @@ def demo(args: argparse.Namespace) -> int:
             strategy_settings(args)  # another strategy's option: refused before any work
         claim_folder(folder, args, "gsnb demo")
         trainer = resume_run(args, out) if args.resume else _new_demo(args, out, device, preset)
+        timeline.mark("data")  # the synthetic scene ray traced and read
         preflight(trainer, folder)
     except (OSError, ValueError, RuntimeError) as err:
         folder.release(remove_if_new=True)
@@ -752,8 +784,9 @@ def demo(args: argparse.Namespace) -> int:
 
     try:
         return _train_and_report(
-            trainer, out, "gsnb demo", not args.no_progress, resume=again, extra=video
-        )
+            trainer, out, "gsnb demo", not args.no_progress, resume=again, extra=video,
+            timeline=timeline,
+        )  # fmt: skip
     finally:
         folder.release()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,29 @@ def test_demo_takes_strategy_options_over_its_own(tmp_path: Path) -> None:
     strategy = Trainer.resume_from(out / "checkpoint.pt").strategy  # the demo's MCMC
     assert strategy.refine_stop_iter == 2  # given
     assert strategy.cap_max == commands.demo_strategy("mcmc", 4, 3000).cap_max == 3000  # its own
+
+
+def test_summary_times_each_phase_of_the_command(tmp_path: Path, capsys) -> None:
+    data = make_synthetic_scene(tmp_path / "scene", num_views=9, size=20, num_points=200)
+    out = tmp_path / "run"
+    began = time.perf_counter()
+    assert main(["train", str(data), "--out", str(out), "--steps", "3", "--no-progress",
+                 "--device", "cpu"]) == 0  # fmt: skip
+    wall = time.perf_counter() - began
+    summary = json.loads((out / "summary.json").read_text())
+    timings = summary["timings"]
+    assert list(timings) == ["imports", "data", "checks", "training", "evaluation", "files"]
+    assert all(seconds >= 0 for seconds in timings.values())
+    assert sum(timings.values()) <= wall + 0.01  # phases of this call, none counted twice
+    assert timings["training"] >= summary["seconds"] - 0.01  # the loop holds the steps
+    assert timings["training"] == summary["leg"]["wall_seconds"]
+    line = next(t for t in capsys.readouterr().out.splitlines() if t.startswith("  time:"))
+    assert "in all: imports" in line and "training" in line and "files" in line
+
+
+def test_demo_times_its_video(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), "--steps", "2", "--size", "16", "--views", "4"]
+    assert main([*args, "--no-progress", "--device", "cpu"]) == 0
+    timings = json.loads((out / "summary.json").read_text())["timings"]
+    assert list(timings)[-1] == "video" and timings["video"] > 0

@@ -49,6 +49,7 @@ MODULES = [
     "gsnb.train.strategy.default",
     "gsnb.train.strategy.mcmc",
     "gsnb.train.strategy.ops",
+    "gsnb.train.timeline",
     "gsnb.model",
 ]
 

@@ -488,7 +488,7 @@ def _train_and_report(
         if extra is not None:
             made = extra(trainer)
             report["files"] |= made
-            timeline.mark(" and ".join(made) or "extra files")
+            timeline.mark(" and ".join(made) or "files")  # nothing made: part of the files'
             report["timings"] = timeline.seconds()
             write_summary(out, report)
     except (OSError, ValueError, RuntimeError) as err:

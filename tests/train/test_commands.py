@@ -209,3 +209,6 @@ def test_demo_times_its_video(tmp_path: Path) -> None:
     assert main([*args, "--no-progress", "--device", "cpu"]) == 0
     timings = json.loads((out / "summary.json").read_text())["timings"]
     assert list(timings)[-1] == "video" and timings["video"] > 0
+    assert main([*args, "--no-video", "--overwrite", "--no-progress", "--device", "cpu"]) == 0
+    timings = json.loads((out / "summary.json").read_text())["timings"]
+    assert list(timings)[-2:] == ["evaluation", "files"]  # no video, no phase for it

@@ -128,8 +128,7 @@ def train(args: argparse.Namespace) -> int:
         return train_worker(args)
     if getattr(args, "nproc", 1) > 1:
         return _launch_workers(args)
-    timeline = Timeline(getattr(args, "started", None))
-    timeline.mark("imports")  # from gsnb's entry: the parser, torch and this command's modules
+    timeline = _command_timeline(args)
     out = Path(args.out)
     folder = RunFolder(out)
     try:
@@ -252,8 +251,7 @@ def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) 
         sink = quiet.enter_context(open(os.devnull, "w"))  # noqa: SIM115
         quiet.enter_context(contextlib.redirect_stdout(sink))
         quiet.enter_context(contextlib.redirect_stderr(sink))
-    timeline = Timeline(getattr(args, "started", None))
-    timeline.mark("imports")
+    timeline = _command_timeline(args)
     out = Path(args.out)
     folder = RunFolder(out)
     owns = rank0 and not folder_claimed
@@ -464,7 +462,6 @@ def _train_and_report(
     estimate = RunTimeEstimate(trainer.config.steps, trainer.device, _say(name, progress))
     forget = trainer.on_step(estimate)
     timeline.mark("checks")  # the checks before the first step (space, test images), the viewer
-    start = time.perf_counter()
     try:
         trainer.run(progress=progress)
         if after_run is not None:
@@ -481,8 +478,7 @@ def _train_and_report(
         return 1
     finally:
         forget()
-    seconds = time.perf_counter() - start
-    timeline.mark("training")  # the loop: steps, checkpoints, callbacks
+    seconds = timeline.mark("training")  # the loop: steps, checkpoints, callbacks
     try:
         report = finish_run(trainer, out, seconds, timeline)
         if extra is not None:
@@ -496,6 +492,15 @@ def _train_and_report(
         return 1
     print(summary_text(name, report))
     return 0
+
+
+def _command_timeline(args: argparse.Namespace) -> Timeline:
+    """The command's timeline, its first phase ``imports`` done: from gsnb's entry
+    (``args.started``, set by :func:`gsnb.cli.main`) to now, the parser, torch and the
+    command's modules."""
+    timeline = Timeline(getattr(args, "started", None))
+    timeline.mark("imports")
+    return timeline
 
 
 def _say(name: str, progress: bool) -> Callable[[str], None]:
@@ -753,8 +758,7 @@ def demo(args: argparse.Namespace) -> int:
     With ``--resume CHECKPOINT`` it continues an interrupted demo on its scene.
     Returns the exit code (0, 1 after an error, 130 when interrupted).
     """
-    timeline = Timeline(getattr(args, "started", None))
-    timeline.mark("imports")
+    timeline = _command_timeline(args)
     out = Path(args.out)
     device = demo_device(args)
     preset = demo_settings(device)

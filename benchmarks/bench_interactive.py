@@ -19,6 +19,10 @@ Conditions:
   the size, and refreshes between moves while training changes the model).
 - ``viewer_resting``: a client whose camera rests (full-size frames refreshed while training,
   with the default limits).
+- ``viewer_moving_process`` and ``viewer_resting_process``: moving and resting with the frames
+  drawn in a process of their own (``Viewer(frame_process=True)``, ``gsnb.viewer.frames``)
+  instead of the training process: what taking the frames' Python off the training process's
+  interpreter lock wins. Its process is started and ready before the window begins.
 - ``viewer_resting_cpu_jpeg``: the same with frames encoded on the CPU (``gpu_jpeg=False``):
   what encoding on the GPU wins.
 - ``viewer_moving_60fps``: the same as moving with ``max_fps=60`` (the default while training is
@@ -75,6 +79,8 @@ CONDITIONS = (
     "panel",
     "viewer_moving",
     "viewer_resting",
+    "viewer_moving_process",
+    "viewer_resting_process",
     "viewer_resting_cpu_jpeg",
     "viewer_moving_60fps",
     "viewer_moving_switch1ms",
@@ -303,6 +309,8 @@ def summarize(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
             entry["full_size_frames_per_s_median"] = statistics.median(row["full_frames_per_s"])
             entry["frame_sizes"] = [list(s) for s in sorted(row["frame_sizes"])]
             entry["encoder"] = row["encoder"]
+            entry["frame_process"] = row.get("frame_process")
+            entry["errors"] = row.get("errors", [])
         if row.get("frames_per_s_per_tab"):
             entry["frames_per_s_per_tab_median"] = [
                 statistics.median(tab) for tab in zip(*row["frames_per_s_per_tab"], strict=True)
@@ -459,7 +467,11 @@ def main() -> None:
                         options = {"gpu_jpeg": False}
                     if condition == "viewer_moving_60fps":
                         options = {"max_fps": 60}
+                    if condition.endswith("_process"):
+                        options = {"frame_process": True}
                     viewer = Viewer(trainer, port=0, **options)
+                    if viewer.frames is not None:
+                        viewer.frames.wait_ready()  # its start is not the window's
                     if condition == "viewer_moving_switch1ms":
                         sys.setswitchinterval(0.001)
                     if condition == "viewer_moving_no_render":
@@ -505,7 +517,11 @@ def main() -> None:
                             [len(tab) / (end - start) for tab in per_tab]
                         )
                     timings = viewer.frame_timings()
-                    row["encoder"] = viewer.encoder.backend
+                    drawn = viewer.frames
+                    if viewer.last_error is not None:
+                        row.setdefault("errors", []).append(repr(viewer.last_error))
+                    row["frame_process"] = drawn is not None
+                    row["encoder"] = (drawn and drawn.backend_used) or viewer.encoder.backend
                     viewer.stop()
                     sys.setswitchinterval(SWITCH_INTERVAL)
                     row.setdefault("frames_per_s", []).append(len(frames) / (end - start))

@@ -11,7 +11,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -42,6 +42,8 @@ from gsnb.train.transaction import DensifySnapshot
 
 if TYPE_CHECKING:
     from gsnb.data.dataset import SceneDataset, View
+
+T = TypeVar("T")
 
 CHECKPOINT_NAME = ckpt.NEWEST_NAME
 
@@ -668,6 +670,31 @@ class Trainer(TrainingControl):
                 variances = variances.clone()
         main.wait_stream(side)
         return model, variances
+
+    def live_gaussians(self, use: Callable[[dict[str, Tensor], Tensor | None], T]) -> T:
+        """Call ``use(splats, variances)`` between two steps and return what it returns.
+
+        ``splats`` are the Gaussians' parameter tensors themselves (detached, not copied:
+        training goes on updating them in place, and a densification replaces them);
+        ``variances`` the 3D filter's ``[N]`` variances (None when it is off). No step runs
+        while ``use`` does: sharing a tensor with another process rewraps its storage
+        (``torch.multiprocessing``), which must not race a step that reads it. For a renderer
+        that shares the Gaussians rather than copying them, such as the viewer's frame
+        process (:class:`~gsnb.viewer.frames.FrameProcess`).
+
+        Example:
+            >>> trainer.live_gaussians(lambda splats, variances: splats["means"].data_ptr()) == (
+            ...     trainer.model.splats["means"].data_ptr())
+            True
+        """
+        with self._shared_access():
+            splats = {k: v.detach() for k, v in self.model.splats.items()}
+            variances = (
+                self.filter3d.variances(self.model.splats, self._step)
+                if self.config.filter3d
+                else None
+            )
+            return use(splats, variances)
 
     def render_view(
         self, view: View, sh_degree: int | None = None, corrected: bool = False

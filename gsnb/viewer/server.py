@@ -22,6 +22,7 @@ from gsnb.model import GaussianModel
 from gsnb.raster import RenderResult
 from gsnb.viewer.access import Gate, new_secret, page_url
 from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
+from gsnb.viewer.frames import FrameProcess, FrameProcessError
 from gsnb.viewer.splats import splat_arrays
 from gsnb.viewer.stream import (
     BrowserCamera,
@@ -108,6 +109,15 @@ class Viewer:
             tabs together.
         jpeg_quality: quality of the streamed frames.
         gpu_jpeg: encode frames on the GPU: ``None`` (where possible), ``True`` or ``False``.
+        frame_process: draw a trainer's frames in a process of their own
+            (:class:`~gsnb.viewer.frames.FrameProcess`, off by default), which reads the
+            training run's Gaussians in place (CUDA IPC), so that frames take little time
+            from the training thread's interpreter lock (on an H200 the viewer's thread
+            went from 12% to 3% busy). It costs a second CUDA context (its memory, and
+            the GPU shared between two processes by time slices), and did not measurably
+            raise training throughput there (benchmarks/bench_interactive.py,
+            ``viewer_*_process``). Frames are drawn in this process while the child starts
+            (a few seconds) and if it fails (:attr:`last_error` says why).
         background: background colour of a model's renders (default: the one it was trained
             over, which its checkpoint records; a trainer uses its dataset's).
 
@@ -139,6 +149,7 @@ class Viewer:
         jpeg_quality: int = 80,
         gpu_jpeg: bool | None = None,
         background: tuple[float, float, float] | None = None,
+        frame_process: bool = False,
     ) -> None:
         _import_viser()
         self.trainer: Trainer | None = None
@@ -172,6 +183,12 @@ class Viewer:
         }
         FramePlanner(**self._planner_args)  # check the arguments before binding a port
         self.encoder = FrameEncoder(jpeg_quality, gpu=gpu_jpeg)
+        if frame_process and self.trainer is None:
+            raise ValueError("frame_process draws a trainer's frames; a model is drawn here")
+        self._frame_process_args = (
+            {"jpeg_quality": jpeg_quality, "gpu_jpeg": gpu_jpeg} if frame_process else None
+        )
+        self.frames: FrameProcess | None = None
         self._frame_stream: torch.cuda.Stream | None = None
         if background is None:  # what the scene was trained over
             background = self.model.background if self.model is not None else (0.0, 0.0, 0.0)
@@ -229,6 +246,10 @@ class Viewer:
         self.server.on_client_disconnect(self._client_disconnected)
         if mode == "splats":
             self.show_splats()
+        if self._frame_process_args is not None:
+            assert self.trainer is not None
+            # starts in the background; frames are drawn here until it is ready
+            self.frames = FrameProcess(self.trainer.device, **self._frame_process_args)
         # a training step may make a refresh due: the frame loop wakes instead of polling
         self._unhook = self.trainer.on_step(self._step_done) if self.trainer else None
         self._thread = threading.Thread(target=self._loop, name="gsnb-viewer", daemon=True)
@@ -493,10 +514,7 @@ class Viewer:
         start = time.perf_counter()
         cam = request.camera
         view = view_from_pose(cam.wxyz, cam.position, cam.fov, request.width, request.height)
-        with self._frame_stream_context():
-            rgb = self.render(view).rgb[0]
-            rendered = time.perf_counter()
-            data = self.encoder.encode(rgb)
+        data, stages = self._encoded_frame(view)
         encoded = time.perf_counter()
         # the JPEG as it is: viser's set_background_image would decode nothing but re-encode
         client.scene._websock_interface.queue_message(
@@ -505,18 +523,48 @@ class Viewer:
         done = time.perf_counter()
         # the share of time that limits refreshes is the render's: the wait for the step in
         # flight, the copy of the Gaussians (or, without room for it, the render) under the lock
-        planner.rendered(request, rendered - start, time.monotonic())
+        planner.rendered(request, stages["render"], time.monotonic())
         self.frames_sent += 1
         self._timings.append(
             {
-                "render": rendered - start,
-                **self.encoder.last,
+                **stages,
                 "send": done - encoded,
                 "total": done - start,
                 "pixels": float(request.width * request.height),
                 "bytes": float(len(data)),
             }
         )
+
+    def _encoded_frame(self, view: View) -> tuple[bytes, dict[str, float]]:
+        """A frame's JPEG bytes and its stages' seconds: from the frame process when it is
+        ready (``process`` 1.0), else drawn here (``process`` 0.0)."""
+        frames = self.frames
+        if frames is not None and frames.ready():
+            try:
+                return self._process_frame(frames, view), {**frames.last, "process": 1.0}
+            except FrameProcessError as err:  # dead or failed: frames are drawn here from now
+                self.last_error = err
+                if frames.failed:
+                    self.frames = None
+        start = time.perf_counter()
+        with self._frame_stream_context():
+            rgb = self.render(view).rgb[0]
+            rendered = time.perf_counter()
+            data = self.encoder.encode(rgb)
+        return data, {"render": rendered - start, **self.encoder.last, "process": 0.0}
+
+    def _process_frame(self, frames: FrameProcess, view: View) -> bytes:
+        trainer = self.trainer
+        assert trainer is not None
+        if trainer.config.filter3d or not frames.holds(trainer.model.splats):
+            # densified (or the 3D filter may have moved on): a consistent set, between steps
+            # shared inside: a share rewraps the tensors' storage, which must not race a step
+            trainer.live_gaussians(frames.share)
+        return frames.frame(
+            view.viewmat, view.K, view.width, view.height,
+            sh_degree=trainer.sh_degree_now, background=trainer.model.background,
+            rasterize_mode=trainer.config.rasterize_mode,
+        )  # fmt: skip
 
     def _frame_stream_context(self) -> contextlib.AbstractContextManager[Any]:
         """A CUDA stream of the viewer's own for a training run's frames: a trainer renders
@@ -532,7 +580,8 @@ class Viewer:
         """Mean seconds per stage over the latest frames (``render``: the trainer's lock held;
         ``convert``: float to 8 bits; ``encode``; ``copy``: to the host; ``send``: handing the
         JPEG to the server's queue; ``total``), their mean ``pixels`` and ``bytes``, and
-        ``frames``; empty before the first frame.
+        ``frames``; with ``frame_process``, ``process`` (the share of frames drawn by the
+        frame process) and ``wait`` (its round trip); empty before the first frame.
 
         Example:
             >>> # viewer.frame_timings()["encode"] * 1000   # ms spent encoding a frame
@@ -608,6 +657,9 @@ class Viewer:
             self._unhook()
         if self._thread is not threading.current_thread():
             self._thread.join(10.0)
+        if self.frames is not None:
+            self.frames.close()
+            self.frames = None
         with _quiet_viser():  # viser's "Server stopped"
             self.server.stop()
         # viser's stop waits a bounded time for its thread: the port must be free on return

@@ -19,6 +19,7 @@ MODULES = [
     "gsnb.notebook.train_magics",
     "gsnb.viewer.cameras",
     "gsnb.viewer.client",
+    "gsnb.viewer.frames",
     "gsnb.viewer.gui",
     "gsnb.viewer.server",
     "gsnb.viewer.splats",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing.connection
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -30,6 +31,8 @@ from torch import Tensor
 FRAME_TIMEOUT = 20.0
 # Seconds the child may take to start (import torch and gsnb, load the rasterizer).
 START_TIMEOUT = 120.0
+# Bytes of /dev/shm left free beside two generations of shared CPU tensors.
+SHM_SPARE = 64 * 2**20
 
 
 class FrameProcessError(RuntimeError):
@@ -161,6 +164,8 @@ class FrameProcess:
             return False
         if self.device.type == "cuda":
             torch.cuda.ipc_collect()  # free what the child has let go of since the last share
+        else:
+            self._check_shared_memory([*tensors.values(), variances])
         self._request(("gaussians", tensors, variances))
         # CPU tensors moved to shared memory as they were sent: their address is new
         key = _key(tensors) + (_key({"variances": variances}) if variances is not None else ())
@@ -169,6 +174,22 @@ class FrameProcess:
         self._shared = (*self._shared[-1:], (tensors, variances))
         self._key = key
         return True
+
+    def _check_shared_memory(self, tensors: list[Tensor | None]) -> None:
+        """Refuse CPU tensors that would not fit in ``/dev/shm`` with room to spare: writing
+        past a full shared-memory filesystem kills the process (SIGBUS), not an exception
+        (containers often give it 64 MiB)."""
+        need = sum(
+            t.untyped_storage().nbytes() for t in tensors if t is not None and not t.is_shared()
+        )
+        free = _shm_free_bytes()
+        if need and free is not None and 2 * need + SHM_SPARE > free:
+            self._fail(
+                f"the Gaussians need {need / 2**20:.0f} MiB of shared memory and /dev/shm has "
+                f"{free / 2**20:.0f} MiB free (a container's --shm-size raises it): frames are "
+                "drawn in the training process"
+            )
+            raise FrameProcessError(self._failed)
 
     def frame(
         self,
@@ -271,6 +292,14 @@ def _main_module_hidden() -> Iterator[None]:
             main.__dict__.update(saved)
             if "__spec__" not in saved:
                 main.__dict__.pop("__spec__", None)
+
+
+def _shm_free_bytes(folder: str = "/dev/shm") -> int | None:
+    """Free bytes of the shared-memory filesystem, or None where there is none to ask."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
 
 
 def _key(tensors: Mapping[str, Tensor]) -> tuple[tuple[str, int, tuple[int, ...]], ...]:

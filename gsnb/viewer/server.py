@@ -6,6 +6,7 @@ import contextlib
 import errno
 import io
 import math
+import os
 import socket
 import threading
 import time
@@ -110,14 +111,17 @@ class Viewer:
         jpeg_quality: quality of the streamed frames.
         gpu_jpeg: encode frames on the GPU: ``None`` (where possible), ``True`` or ``False``.
         frame_process: draw a trainer's frames in a process of their own
-            (:class:`~gsnb.viewer.frames.FrameProcess`, off by default), which reads the
-            training run's Gaussians in place (CUDA IPC), so that frames take little time
-            from the training thread's interpreter lock (on an H200 the viewer's thread
-            went from 12% to 3% busy). It costs a second CUDA context (its memory, and
-            the GPU shared between two processes by time slices), and did not measurably
-            raise training throughput there (benchmarks/bench_interactive.py,
-            ``viewer_*_process``). Frames are drawn in this process while the child starts
-            (a few seconds) and if it fails (:attr:`last_error` says why).
+            (:class:`~gsnb.viewer.frames.FrameProcess`), which reads the training run's
+            Gaussians in place (shared memory on a CPU, CUDA IPC on a GPU), so that frames
+            take no time from the training thread's interpreter lock or its cores.
+            ``None`` (default): for a trainer on the CPU of a machine with two cores or
+            more, where the renders are the cost: on 2 cores a moving camera then cost
+            training 3% of its speed, against 51% (benchmarks/bench_interactive.py,
+            ``viewer_*_process``). Off for a GPU: there it took the viewer's thread from 12%
+            to 3% busy but did not measurably raise throughput, and costs a second CUDA
+            context (its memory; two processes share the GPU by time slices). Frames are
+            drawn in this process while the child starts (a few seconds) and if it fails
+            (:attr:`last_error` says why).
         background: background colour of a model's renders (default: the one it was trained
             over, which its checkpoint records; a trainer uses its dataset's).
 
@@ -149,7 +153,7 @@ class Viewer:
         jpeg_quality: int = 80,
         gpu_jpeg: bool | None = None,
         background: tuple[float, float, float] | None = None,
-        frame_process: bool = False,
+        frame_process: bool | None = None,
     ) -> None:
         _import_viser()
         self.trainer: Trainer | None = None
@@ -183,7 +187,13 @@ class Viewer:
         }
         FramePlanner(**self._planner_args)  # check the arguments before binding a port
         self.encoder = FrameEncoder(jpeg_quality, gpu=gpu_jpeg)
-        if frame_process and self.trainer is None:
+        if frame_process is None:
+            frame_process = (
+                self.trainer is not None
+                and self.trainer.device.type == "cpu"
+                and (os.cpu_count() or 1) >= 2
+            )
+        elif frame_process and self.trainer is None:
             raise ValueError("frame_process draws a trainer's frames; a model is drawn here")
         self._frame_process_args = (
             {"jpeg_quality": jpeg_quality, "gpu_jpeg": gpu_jpeg} if frame_process else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from gsnb.live.imaging import to_uint8
 from gsnb.model import GaussianModel
 from gsnb.train.pose_refine import MovedGaussians
 from gsnb.train.rendering import BackendRenderer, render_model
+from gsnb.viewer import frames as frames_module
 from gsnb.viewer.cameras import view_from_pose
 from gsnb.viewer.client import ViewerClient, look_from
 from gsnb.viewer.frames import FrameProcess, FrameProcessError
@@ -184,9 +186,20 @@ def test_a_viewer_falls_back_to_drawing_frames_itself_when_the_process_dies(trai
     assert viewer.frames is None and viewer.frame_timings()["process"] < 1.0
 
 
-def test_frames_are_drawn_here_unless_asked_and_a_model_viewer_draws_its_own(trainer, viewers):
-    assert viewers(trainer).frames is None  # the default
+def test_a_cpu_run_gets_a_frame_process_by_default_and_a_model_viewer_none(trainer, viewers):
+    assert (viewers(trainer).frames is not None) == ((os.cpu_count() or 1) >= 2)
+    assert viewers(trainer, frame_process=False).frames is None
     model = GaussianModel.from_points(torch.rand(20, 3), torch.rand(20, 3), sh_degree=0)
     assert viewers(model, mode="render").frames is None
     with pytest.raises(ValueError, match="frame_process"):
         viewers(model, frame_process=True)
+
+
+def test_too_little_shared_memory_is_refused_before_writing_to_it(frames, monkeypatch):
+    # a full /dev/shm (64 MiB in many containers) kills a writer with SIGBUS: never try
+    frames.wait_ready()
+    model = GaussianModel.from_points(torch.rand(20, 3) - 0.5, torch.rand(20, 3), sh_degree=0)
+    monkeypatch.setattr(frames_module, "_shm_free_bytes", lambda: 32 * 2**20)
+    with pytest.raises(FrameProcessError, match=r"MiB of shared memory.*--shm-size"):
+        frames.share(model.splats)
+    assert frames.failed and not model.splats["means"].is_shared()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.connection
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -207,6 +208,8 @@ class FrameProcess:
 
         :attr:`last` then holds the child's seconds per stage (``render``, ``convert``,
         ``encode``, ``copy``) and ``wait``, the whole round trip seen from here."""
+        if self._failed:
+            raise FrameProcessError(self._failed)
         if self._key is None:
             raise FrameProcessError("no Gaussians shared yet: call share() first")
         start = time.perf_counter()
@@ -230,6 +233,11 @@ class FrameProcess:
         except (EOFError, OSError) as err:
             self._fail(f"the frame process is gone ({err})")
             raise FrameProcessError(self._failed) from err
+        except BaseException:
+            # interrupted (Ctrl-C) between the request and its reply: the reply would answer
+            # the next request, so this pipe can no longer be trusted
+            self._fail("interrupted while waiting for a frame")
+            raise
         self._shared = self._shared[-1:]  # the child reads only the newest tensors now
         if kind != "frame":
             raise FrameProcessError(payload)
@@ -248,6 +256,9 @@ class FrameProcess:
         except Exception as err:  # e.g. a platform without CUDA IPC: the tensors cannot go
             self._fail(f"cannot share the Gaussians with the frame process: {err}")
             raise FrameProcessError(self._failed) from err
+        except BaseException:  # interrupted mid-message: the child may read half of it
+            self._fail("interrupted while sending to the frame process")
+            raise
 
     def close(self) -> None:
         """Stop the child (at once if it does not stop within a second) and free its tensors."""
@@ -333,6 +344,9 @@ def _serve(
     extension: tuple[str, str] | None,
 ) -> None:
     """The child's loop: Gaussians in, frames out, until the parent closes the pipe."""
+    # Ctrl-C in a terminal reaches the whole process group: the parent decides (it closes
+    # the pipe), so that a stopped run does not print this process's traceback too
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         from pathlib import Path
 

@@ -114,8 +114,8 @@ class Viewer:
             (:class:`~gsnb.viewer.frames.FrameProcess`), which reads the training run's
             Gaussians in place (shared memory on a CPU, CUDA IPC on a GPU), so that frames
             take no time from the training thread's interpreter lock or its cores.
-            ``None`` (default): for a trainer on the CPU of a machine with two cores or
-            more, where the renders are the cost: on 2 cores a moving camera then cost
+            ``None`` (default): for a trainer on the CPU with gsnb's own renderer and two
+            cores or more for this process, where the renders are the cost: on 2 cores a moving camera then cost
             training 3% of its speed, against 51% (benchmarks/bench_interactive.py,
             ``viewer_*_process``). Off for a GPU: there it took the viewer's thread from 12%
             to 3% busy but did not measurably raise throughput, and costs a second CUDA
@@ -188,15 +188,17 @@ class Viewer:
         FramePlanner(**self._planner_args)  # check the arguments before binding a port
         self.encoder = FrameEncoder(jpeg_quality, gpu=gpu_jpeg)
         if frame_process is None:
-            frame_process = (
-                self.trainer is not None
-                and self.trainer.device.type == "cpu"
-                and (os.cpu_count() or 1) >= 2
-            )
+            frame_process = self.trainer is not None and _frame_process_pays(self.trainer)
         elif frame_process and self.trainer is None:
             raise ValueError("frame_process draws a trainer's frames; a model is drawn here")
         self._frame_process_args = (
-            {"jpeg_quality": jpeg_quality, "gpu_jpeg": gpu_jpeg} if frame_process else None
+            {
+                "jpeg_quality": jpeg_quality,
+                "gpu_jpeg": gpu_jpeg,
+                "backend": self.trainer.config.backend,  # type: ignore[union-attr]
+            }
+            if frame_process
+            else None
         )
         self.frames: FrameProcess | None = None
         self._frame_stream: torch.cuda.Stream | None = None
@@ -229,6 +231,11 @@ class Viewer:
         """
         if not self._stopped.is_set():
             return
+        old = getattr(self, "_thread", None)
+        if old is not None and old.is_alive() and old is not threading.current_thread():
+            # the previous frame loop must not share this start's frame process (stop()
+            # closed the old one, so a loop waiting on it wakes at once)
+            old.join(30.0)
         import viser
 
         port = self.port if self.port and port_is_free(self.host, self.port) else 0
@@ -258,8 +265,12 @@ class Viewer:
             self.show_splats()
         if self._frame_process_args is not None:
             assert self.trainer is not None
-            # starts in the background; frames are drawn here until it is ready
-            self.frames = FrameProcess(self.trainer.device, **self._frame_process_args)
+            # starts in the background; frames are drawn here until it is ready, or for good
+            # when it cannot start (a daemonic process, say, may have no children)
+            try:
+                self.frames = FrameProcess(self.trainer.device, **self._frame_process_args)
+            except Exception as err:
+                self.last_error = FrameProcessError(f"the frame process could not start: {err}")
         # a training step may make a refresh due: the frame loop wakes instead of polling
         self._unhook = self.trainer.on_step(self._step_done) if self.trainer else None
         self._thread = threading.Thread(target=self._loop, name="gsnb-viewer", daemon=True)
@@ -665,11 +676,12 @@ class Viewer:
         self._wake.set()
         if self._unhook is not None:
             self._unhook()
+        frames = self.frames
+        if frames is not None:  # first: a frame loop waiting on it wakes at once
+            frames.close()
         if self._thread is not threading.current_thread():
             self._thread.join(10.0)
-        if self.frames is not None:
-            self.frames.close()
-            self.frames = None
+        self.frames = None
         with _quiet_viser():  # viser's "Server stopped"
             self.server.stop()
         # viser's stop waits a bounded time for its thread: the port must be free on return
@@ -702,6 +714,24 @@ def _quiet_viser() -> Iterator[None]:
             yield
     finally:
         console.quiet = quiet
+
+
+def _frame_process_pays(trainer: Trainer) -> bool:
+    """Whether a trainer's frames are better drawn in a frame process by default: a run on the
+    CPU with gsnb's own renderer and two cores or more for this process, not from a daemonic
+    process (which may have no children)."""
+    import multiprocessing
+
+    if hasattr(os, "sched_getaffinity"):
+        cores = len(os.sched_getaffinity(0))  # what this process may use (taskset, cgroups)
+    else:
+        cores = os.cpu_count() or 1
+    return (
+        trainer.device.type == "cpu"
+        and trainer.renderer is trainer.default_renderer
+        and cores >= 2
+        and not multiprocessing.current_process().daemon
+    )
 
 
 def _import_viser() -> None:

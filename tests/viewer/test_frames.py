@@ -203,3 +203,82 @@ def test_too_little_shared_memory_is_refused_before_writing_to_it(frames, monkey
     with pytest.raises(FrameProcessError, match=r"MiB of shared memory.*--shm-size"):
         frames.share(model.splats)
     assert frames.failed and not model.splats["means"].is_shared()
+
+
+def test_frames_follow_a_densifying_run_and_a_restarted_viewer_gets_a_new_process(trainer, viewers):
+    trainer.set(refine_start_iter=2, refine_every=4, grow_grad2d=1e-9)
+    viewer = viewers(trainer, rest_seconds=0.0, frame_process=True, jpeg_quality=100)
+    viewer.frames.wait_ready()
+    wxyz = look_from(EYE, (0.0, 0.0, 0.5))
+    for cycle in range(2):
+        count = trainer.num_gaussians
+        with ViewerClient(viewer.url) as client:
+            client.send_camera(wxyz, EYE, FOV, 64, 48)
+            client.next_frame(min_width=64)
+            trainer.run(12)  # densifies: the Gaussians are other tensors now
+            list(client.messages(2.0))
+            eye = (EYE[0] + 0.05 * (cycle + 1), *EYE[1:])
+            client.send_camera(wxyz, eye, FOV, 64, 48)
+            after = client.next_frame(min_width=64)
+        assert trainer.num_gaussians > count
+        now = to_uint8(trainer.render_view(view_from_pose(wxyz, eye, FOV, 64, 48)).rgb[0])
+        assert np.abs(after.astype(float) - now).mean() < 1.5
+        assert viewer.frame_timings()["process"] == 1.0 and viewer.last_error is None
+        old = viewer.frames.process
+        viewer.stop()
+        assert not old.is_alive()
+        viewer.start()  # a new process for the new start
+        assert viewer.frames is not None and viewer.frames.process is not old
+        viewer.frames.wait_ready()
+
+
+def test_an_interrupted_wait_never_pairs_a_reply_with_the_next_request(frames, monkeypatch):
+    frames.wait_ready()
+    model = GaussianModel.from_points(torch.rand(20, 3) - 0.5, torch.rand(20, 3), sh_degree=0)
+    frames.share(model.splats)
+    view = view_from_pose(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(frames._conn, "poll", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        a_frame(frames, view)  # the reply is on its way: the pipe is out of step
+    monkeypatch.undo()
+    assert frames.failed and "interrupted" in frames.failed
+    with pytest.raises(FrameProcessError, match="interrupted"):
+        a_frame(frames, view)
+
+
+def test_a_viewer_whose_frame_process_cannot_start_draws_its_frames_itself(
+    trainer, viewers, monkeypatch
+):
+    from gsnb.viewer import server
+
+    def refused(*_args, **_kwargs):
+        raise AssertionError("daemonic processes are not allowed to have children")
+
+    monkeypatch.setattr(server, "FrameProcess", refused)
+    viewer = viewers(trainer, rest_seconds=0.0, frame_process=True)
+    assert viewer.frames is None and "could not start" in str(viewer.last_error)
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(look_from(EYE, (0, 0, 0)), EYE, FOV, 32, 24)
+        assert client.next_frame(min_width=32).shape == (24, 32, 3)
+    assert viewer.frame_timings()["process"] == 0.0
+
+
+def test_hiding_the_main_module_restores_it(monkeypatch):
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__file__ = "/somewhere/script.py"
+    spec = object()
+    main.__spec__ = spec
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    with frames_module._main_module_hidden():
+        assert not hasattr(main, "__file__") and main.__spec__ is None
+    assert main.__file__ == "/somewhere/script.py" and main.__spec__ is spec
+    del main.__spec__
+    with frames_module._main_module_hidden():
+        assert main.__spec__ is None
+    assert "__spec__" not in main.__dict__

@@ -23,10 +23,17 @@ import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from gsnb import toolchain
+from gsnb.live.imaging import FrameEncoder
+from gsnb.toolchain.loader import load_module
+from gsnb.train.pose_refine import MovedGaussians
+from gsnb.train.rendering import BackendRenderer, render_model
 
 # Seconds a frame may take before the child is taken for hung and stopped.
 FRAME_TIMEOUT = 20.0
@@ -348,14 +355,6 @@ def _serve(
     # the pipe), so that a stopped run does not print this process's traceback too
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        from pathlib import Path
-
-        from gsnb import toolchain
-        from gsnb.live.imaging import FrameEncoder
-        from gsnb.toolchain.loader import load_module
-        from gsnb.train.pose_refine import MovedGaussians
-        from gsnb.train.rendering import BackendRenderer, render_model
-
         device = torch.device(device_name)
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -379,33 +378,24 @@ def _serve(
         if message[0] == "gaussians":
             splats, variances = message[1], message[2]
             continue
-        _, viewmat, K, width, height, degree, background, mode = message
         try:
-            conn.send(
-                _draw(renderer, encoder, MovedGaussians, render_model, device, splats, variances,
-                      viewmat, K, width, height, degree, background, mode)
-            )  # fmt: skip
+            conn.send(_draw(renderer, encoder, device, splats, variances, message))
         except (BrokenPipeError, OSError):
             return
 
 
 def _draw(
-    renderer: Any,
-    encoder: Any,
-    moved: Any,
-    render_model: Any,
+    renderer: BackendRenderer,
+    encoder: FrameEncoder,
     device: torch.device,
     splats: dict[str, Tensor] | None,
     variances: Tensor | None,
-    viewmat: list[list[float]],
-    K: list[list[float]],
-    width: int,
-    height: int,
-    degree: int,
-    background: tuple[float, float, float],
-    mode: str,
+    request: tuple[Any, ...],
 ) -> tuple[str, Any, dict[str, Any]]:
-    """One frame in the child: ``("frame", jpeg, stages)`` or ``("error", message, {})``."""
+    """One frame in the child for a ``("frame", viewmat, K, width, height, sh_degree,
+    background, rasterize_mode)`` request: ``("frame", jpeg, stages)`` or
+    ``("error", message, {})``."""
+    _, viewmat, K, width, height, degree, background, mode = request
     try:
         assert splats is not None, "no Gaussians"
         start = time.perf_counter()
@@ -418,7 +408,7 @@ def _draw(
             variances = None if variances is None else variances.clone()
             bg = torch.tensor(background, dtype=torch.float32, device=device)
             out = render_model(
-                moved(splats, background), renderer,
+                MovedGaussians(splats, background), renderer,
                 torch.tensor(viewmat, dtype=torch.float32, device=device).reshape(1, 4, 4),
                 torch.tensor(K, dtype=torch.float32, device=device).reshape(1, 3, 3),
                 width, height, sh_degree=degree, background=bg, rasterize_mode=mode,

@@ -113,15 +113,16 @@ class Viewer:
         frame_process: draw a trainer's frames in a process of their own
             (:class:`~gsnb.viewer.frames.FrameProcess`), which reads the training run's
             Gaussians in place (shared memory on a CPU, CUDA IPC on a GPU), so that frames
-            take no time from the training thread's interpreter lock or its cores.
-            ``None`` (default): for a trainer on the CPU with gsnb's own renderer and two
-            cores or more for this process, where the renders are the cost: on 2 cores a moving camera then cost
-            training 3% of its speed, against 51% (benchmarks/bench_interactive.py,
-            ``viewer_*_process``). Off for a GPU: there it took the viewer's thread from 12%
-            to 3% busy but did not measurably raise throughput, and costs a second CUDA
-            context (its memory; two processes share the GPU by time slices). Frames are
-            drawn in this process while the child starts (a few seconds) and if it fails
-            (:attr:`last_error` says why).
+            take no time from the training thread's interpreter lock or its cores; the
+            refresh share then counts only this process's part of a frame. ``None``
+            (default): for a trainer on the CPU with gsnb's own renderer and two cores or
+            more for this process, where the renders are the cost: on 2 cores a moving
+            camera then cost training 3% of its speed, against 51%
+            (benchmarks/bench_interactive.py, ``viewer_*_process``). Off for a GPU: there
+            it took the viewer's thread from 12% to 3% busy but did not measurably raise
+            throughput, and costs a second CUDA context (its memory; two processes share
+            the GPU by time slices). Frames are drawn in this process while the child
+            starts (a few seconds) and if it fails (:attr:`last_error` says why).
         background: background colour of a model's renders (default: the one it was trained
             over, which its checkpoint records; a trainer uses its dataset's).
 
@@ -535,16 +536,17 @@ class Viewer:
         start = time.perf_counter()
         cam = request.camera
         view = view_from_pose(cam.wxyz, cam.position, cam.fov, request.width, request.height)
-        data, stages = self._encoded_frame(view)
+        data, stages, cost = self._encoded_frame(view)
         encoded = time.perf_counter()
         # the JPEG as it is: viser's set_background_image would decode nothing but re-encode
         client.scene._websock_interface.queue_message(
             BackgroundImageMessage(format="jpeg", rgb_data=data, depth_data=None)
         )
         done = time.perf_counter()
-        # the share of time that limits refreshes is the render's: the wait for the step in
-        # flight, the copy of the Gaussians (or, without room for it, the render) under the lock
-        planner.rendered(request, stages["render"], time.monotonic())
+        # the share of time that limits refreshes is what the frame took from this process:
+        # the render here (the wait for the step in flight, the copy of the Gaussians or the
+        # render under the lock), or the frame process's part that is not its own drawing
+        planner.rendered(request, cost, time.monotonic())
         self.frames_sent += 1
         self._timings.append(
             {
@@ -556,13 +558,18 @@ class Viewer:
             }
         )
 
-    def _encoded_frame(self, view: View) -> tuple[bytes, dict[str, float]]:
-        """A frame's JPEG bytes and its stages' seconds: from the frame process when it is
-        ready (``process`` 1.0), else drawn here (``process`` 0.0)."""
+    def _encoded_frame(self, view: View) -> tuple[bytes, dict[str, float], float]:
+        """A frame's JPEG bytes, its stages' seconds and the seconds it cost this process:
+        from the frame process when it is ready (``process`` 1.0; the cost is this side's
+        work, a share of the Gaussians after a densification, not the wait for the child),
+        else drawn here (``process`` 0.0; the cost is the render)."""
         frames = self.frames
         if frames is not None and frames.ready():
+            start = time.perf_counter()
             try:
-                return self._process_frame(frames, view), {**frames.last, "process": 1.0}
+                data = self._process_frame(frames, view)
+                cost = max(0.0, time.perf_counter() - start - frames.last["wait"])
+                return data, {**frames.last, "process": 1.0}, cost
             except FrameProcessError as err:  # dead or failed: frames are drawn here from now
                 self.last_error = err
                 if frames.failed:
@@ -572,7 +579,8 @@ class Viewer:
             rgb = self.render(view).rgb[0]
             rendered = time.perf_counter()
             data = self.encoder.encode(rgb)
-        return data, {"render": rendered - start, **self.encoder.last, "process": 0.0}
+        render = rendered - start
+        return data, {"render": render, **self.encoder.last, "process": 0.0}, render
 
     def _process_frame(self, frames: FrameProcess, view: View) -> bytes:
         trainer = self.trainer

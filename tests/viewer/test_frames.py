@@ -282,3 +282,27 @@ def test_hiding_the_main_module_restores_it(monkeypatch):
     with frames_module._main_module_hidden():
         assert main.__spec__ is None
     assert "__spec__" not in main.__dict__
+
+
+def test_the_refresh_budget_is_charged_this_process_part_of_a_frame(trainer, viewers, monkeypatch):
+    from gsnb.viewer.stream import FramePlanner
+
+    costs: list[float] = []
+    rendered = FramePlanner.rendered
+
+    def recorded(self, request, cost, now):
+        costs.append(cost)
+        rendered(self, request, cost, now)
+
+    monkeypatch.setattr(FramePlanner, "rendered", recorded)
+    viewer = viewers(trainer, rest_seconds=0.0, frame_process=True)
+    viewer.frames.wait_ready()
+    with ViewerClient(viewer.url) as client:
+        for step in range(3):
+            eye = (EYE[0] + 0.1 * step, *EYE[1:])
+            client.send_camera(look_from(eye, (0, 0, 0)), eye, FOV, 64, 48)
+            client.next_frame(min_width=64)
+    last = viewer._timings[-1]
+    assert last["process"] == 1.0
+    # the child's drawing is not this process's time: only the rest of the frame is charged
+    assert costs[-1] < 0.5 * last["wait"]

@@ -81,7 +81,9 @@ class Viewer:
       with gsnb's renderer and streams it as the background image: a small
       preview while the camera moves, the full canvas size once it rests, and
       refreshed while training changes the model. A trainer renders through its
-      lock-protected ``render_view`` (no gradients), so viewing never disturbs a step.
+      lock-protected ``render_view`` (no gradients), so viewing never disturbs a step;
+      with ``frame_process`` (the default on a CPU) a child process draws the frames
+      from the run's tensors instead.
     - In ``"splats"`` mode the browser draws the Gaussians itself (viser's
       Gaussian splats, colours without view dependence): for a finished model.
     - The trainer's live knobs appear as controls (the same ones as the

@@ -570,9 +570,7 @@ class Trainer(TrainingControl):
         view: int | None = None,
     ) -> RenderResult:
         model = self.corrections.gaussians(self.model, viewmat, view)  # pose refinement
-        variances = (
-            self.filter3d.variances(self.model.splats, self._step) if self.config.filter3d else None
-        )
+        variances = self._filter3d_variances()
         return self._draw(model, variances, viewmat, K, width, height, degree, background, absgrad)
 
     def _draw(
@@ -658,9 +656,7 @@ class Trainer(TrainingControl):
         """
         main = torch.cuda.default_stream(self.device)  # the stream the loop trains on
         side.wait_stream(main)
-        variances = (
-            self.filter3d.variances(self.model.splats, self._step) if self.config.filter3d else None
-        )
+        variances = self._filter3d_variances()
         with torch.cuda.stream(side):
             # plain tensors: a GaussianModel (a module, its checks) would cost the trainer,
             # which waits on this lock, more than the copy itself
@@ -689,12 +685,13 @@ class Trainer(TrainingControl):
         """
         with self._shared_access():
             splats = {k: v.detach() for k, v in self.model.splats.items()}
-            variances = (
-                self.filter3d.variances(self.model.splats, self._step)
-                if self.config.filter3d
-                else None
-            )
-            return use(splats, variances)
+            return use(splats, self._filter3d_variances())
+
+    def _filter3d_variances(self) -> Tensor | None:
+        """The 3D filter's ``[N]`` variances at this step, or None while it is off."""
+        if not self.config.filter3d:
+            return None
+        return self.filter3d.variances(self.model.splats, self._step)
 
     def render_view(
         self, view: View, sh_degree: int | None = None, corrected: bool = False

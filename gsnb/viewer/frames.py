@@ -167,7 +167,7 @@ class FrameProcess:
         tensors = {k: v.detach() for k, v in splats.items()}
         if variances is not None:
             variances = variances.detach()
-        key = _key(tensors) + (_key({"variances": variances}) if variances is not None else ())
+        key = _key(tensors, variances)
         if key == self._key:
             return False
         if self.device.type == "cuda":
@@ -176,7 +176,7 @@ class FrameProcess:
             self._check_shared_memory([*tensors.values(), variances])
         self._request(("gaussians", tensors, variances))
         # CPU tensors moved to shared memory as they were sent: their address is new
-        key = _key(tensors) + (_key({"variances": variances}) if variances is not None else ())
+        key = _key(tensors, variances)
         # the old tensors must outlive the child's last read of them: its reply to the next
         # frame (asked after these) says it has let them go
         self._shared = (*self._shared[-1:], (tensors, variances))
@@ -320,9 +320,12 @@ def _shm_free_bytes(folder: str = "/dev/shm") -> int | None:
         return None
 
 
-def _key(tensors: Mapping[str, Tensor]) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
-    """Which tensors these are: names, storage addresses and shapes."""
-    return tuple((k, v.data_ptr(), tuple(v.shape)) for k, v in tensors.items())
+def _key(
+    tensors: Mapping[str, Tensor], variances: Tensor | None = None
+) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
+    """Which tensors these are (and the variances, if any): names, addresses and shapes."""
+    named = {**tensors, "variances": variances} if variances is not None else tensors
+    return tuple((k, v.data_ptr(), tuple(v.shape)) for k, v in named.items())
 
 
 def _floats(value: Any) -> list[Any]:

@@ -8,7 +8,8 @@ a model that grows makes every later window slower, and windows measured in one 
 charge that growth to the conditions measured last. Medians over rounds are reported with
 their ratio to headless training, and each round's ratio to the headless window of that round.
 Viewer clients run in their own processes (as a browser would) and speak viser's websocket
-protocol.
+protocol; those processes start once and serve every window, so that a window's start costs
+seconds less and a run of fixed length measures more rounds.
 
 Conditions:
 - ``headless``: nothing attached.
@@ -103,8 +104,11 @@ PACKAGES = (
 )
 
 
-def client_process(url: str, poses: list, fov: float, size: tuple[int, int], motion: dict, conn):
-    """A viewer client in its own process: report a camera, time every frame.
+def client_process(conn) -> None:
+    """Viewer clients in a process of their own, one window after another: the parent sends
+    ``(url, poses, fov, size, motion)`` to watch a viewer (report a camera, time every frame)
+    until it sends ``"stop"``, and gets the frames; ``None`` ends the process. One process
+    serves every window, so a window's start waits for no interpreter and no imports.
 
     ``motion``: ``{"move_hz": H}`` (a new pose H times a second; 0: resting) or
     ``{"settle_period": S}`` (a jump every S seconds, timing the wait for the full frame).
@@ -115,58 +119,73 @@ def client_process(url: str, poses: list, fov: float, size: tuple[int, int], mot
 
     from gsnb.viewer.client import ViewerClient
 
-    frames: list[tuple[float, int, int]] = []
-    settles: list[float] = []
-    move_hz = motion.get("move_hz", 0.0)
-    period = motion.get("settle_period", 0.0)
-    with ViewerClient(url) as client:
-        client.send_camera(*poses[0], fov, *size)
-        ready, index, next_move = False, 0, time.monotonic()
-        jumped: float | None = None  # when the latest jump was sent, until its full frame
-        seen_preview = False
-        while not conn.poll():
-            now = time.monotonic()
-            if (move_hz > 0 or (period > 0 and ready)) and now >= next_move:
-                index = (index + 1) % len(poses)
-                client.send_camera(*poses[index], fov, *size)
-                next_move = now + (1.0 / move_hz if move_hz > 0 else period)
-                jumped, seen_preview = now, False
-            for message in client.messages(0.002):
-                if message["type"] == "BackgroundImageMessage" and message.get("rgb_data"):
-                    width, height = Image.open(io.BytesIO(message["rgb_data"])).size
-                    arrived = time.monotonic()
-                    frames.append((arrived, width, height))
-                    if jumped is not None and period > 0:
-                        if width < size[0]:
-                            seen_preview = True
-                        elif seen_preview:  # the full frame of the new pose, after its preview
-                            settles.append(arrived - jumped)
-                            jumped = None
-                    if not ready:
-                        ready = True
-                        conn.send("ready")
-    conn.send((frames, settles))
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:  # the benchmark is gone
+            return
+        if job is None:
+            return
+        url, poses, fov, size, motion = job
+        frames: list[tuple[float, int, int]] = []
+        settles: list[float] = []
+        move_hz = motion.get("move_hz", 0.0)
+        period = motion.get("settle_period", 0.0)
+        with ViewerClient(url) as client:
+            client.send_camera(*poses[0], fov, *size)
+            ready, index, next_move = False, 0, time.monotonic()
+            jumped: float | None = None  # when the latest jump was sent, until its full frame
+            seen_preview = False
+            while not conn.poll():
+                now = time.monotonic()
+                if (move_hz > 0 or (period > 0 and ready)) and now >= next_move:
+                    index = (index + 1) % len(poses)
+                    client.send_camera(*poses[index], fov, *size)
+                    next_move = now + (1.0 / move_hz if move_hz > 0 else period)
+                    jumped, seen_preview = now, False
+                for message in client.messages(0.002):
+                    if message["type"] == "BackgroundImageMessage" and message.get("rgb_data"):
+                        width, height = Image.open(io.BytesIO(message["rgb_data"])).size
+                        arrived = time.monotonic()
+                        frames.append((arrived, width, height))
+                        if jumped is not None and period > 0:
+                            if width < size[0]:
+                                seen_preview = True
+                            elif seen_preview:  # the new pose's full frame, after its preview
+                                settles.append(arrived - jumped)
+                                jumped = None
+                        if not ready:
+                            ready = True
+                            conn.send("ready")
+        conn.recv()  # "stop"
+        conn.send((frames, settles))
 
 
 class Client:
-    """Starts :func:`client_process` and collects its frames."""
+    """A process of :func:`client_process`: started once, then watches one window at a time."""
 
-    def __init__(self, url: str, poses: list, fov: float, size: tuple[int, int], motion: dict):
+    def __init__(self) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(
-            target=client_process, args=(url, poses, fov, size, motion, child), daemon=True
-        )
+        self.process = ctx.Process(target=client_process, args=(child,), daemon=True)
         self.process.start()
+
+    def watch(self, url: str, poses: list, fov: float, size: tuple[int, int], motion: dict):
+        """Connect to the viewer at ``url``; returns once its first frame has arrived."""
+        self.conn.send((url, poses, fov, size, motion))
         if not self.conn.poll(120) or self.conn.recv() != "ready":
             raise RuntimeError("the viewer client got no frame within 120 s")
 
     def finish(self) -> tuple[list[tuple[float, int, int]], list[float]]:
-        """The frames (arrival time, width, height) and the settle times (seconds)."""
+        """Disconnect; the frames (arrival time, width, height) and settle times (seconds)."""
         self.conn.send("stop")
-        frames, settles = self.conn.recv()
+        return self.conn.recv()
+
+    def close(self) -> None:
+        """End the process."""
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
         self.process.join(10)
-        return frames, settles
 
 
 def make_dataset(args: argparse.Namespace):
@@ -447,6 +466,7 @@ def main() -> None:
         write_json(path, payload)
         return summary
 
+    pool: list[Client] = []  # client processes, started once, reused by every window
     trainer.start()
     try:
         for round_ in range(args.rounds):
@@ -485,7 +505,11 @@ def main() -> None:
                     elif condition == "viewer_settle":
                         motion = {"settle_period": args.settle_period}
                     tabs = 2 if condition == "viewer_two_tabs_resting" else 1
-                    clients = [Client(viewer.url, poses, fov, canvas, motion) for _ in range(tabs)]
+                    while len(pool) < tabs:
+                        pool.append(Client())
+                    clients = pool[:tabs]
+                    for client in clients:
+                        client.watch(viewer.url, poses, fov, canvas, motion)
                 time.sleep(0.5)  # settle
                 start, steps0, cpu0 = time.monotonic(), trainer.step_count, time.process_time()
                 threads0 = thread_cpu(trainer, viewer)
@@ -561,6 +585,8 @@ def main() -> None:
             report(round_ + 1)
     finally:
         trainer.stop()
+        for client in pool:
+            client.close()
     if trainer.error is not None:
         raise RuntimeError("training failed during the benchmark") from trainer.error
 

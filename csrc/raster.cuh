@@ -47,20 +47,23 @@ __device__ __forceinline__ TilePixel tile_pixel(const int* __restrict__ offsets,
   return p;
 }
 
-// Copies intersection k's splat into slot `at` of the block's shared batch: its mean and
-// opacity (x, y, o), its conic (a, b, c) and its CH features; returns its flat id c * N + n.
+// Copies intersection k's splat into slot `at` of the block's shared batch, packed so that
+// a thread reads a splat's geometry with two loads: `s_geo` (x, y, a, c) holds its mean and
+// the conic's diagonal, `s_bo` (b, opacity) the conic's off-diagonal and its opacity; then its
+// CH features. Returns its flat id c * N + n.
 // The opacity is at index g % num_opacities: per Gaussian (N of them) or per camera and
 // Gaussian (C N, antialiased mode); `stored` takes it through the sigmoid.
 template <int CH>
 __device__ __forceinline__ int stage_splat(
     int k, int at, int num_opacities, bool stored, const int* __restrict__ flat_ids,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
-    const float* __restrict__ feats, const float* __restrict__ opacities, float3* s_xyo,
-    float3* s_conic, float* s_feat) {
+    const float* __restrict__ feats, const float* __restrict__ opacities, float4* s_geo,
+    float2* s_bo, float* s_feat) {
   const int g = flat_ids[k];
   const float2 xy = means2d[g];
-  s_xyo[at] = make_float3(xy.x, xy.y, opacity_of(opacities[g % num_opacities], stored));
-  s_conic[at] = conics[g];
+  const float3 co = conics[g];
+  s_geo[at] = make_float4(xy.x, xy.y, co.x, co.z);
+  s_bo[at] = make_float2(co.y, opacity_of(opacities[g % num_opacities], stored));
 #pragma unroll
   for (int ch = 0; ch < CH; ++ch) s_feat[at * CH + ch] = feats[(int64_t)g * CH + ch];
   return g;
@@ -74,16 +77,16 @@ struct SplatAlpha {
   float alpha;   // min(kAlphaMax, raw)
 };
 
-// Fills `s` for the splat (x, y, opacity) `xyo` with conic (a, b, c) `conic` at (px, py);
-// returns whether it contributes there: sigma >= 0 (NaN does not) and alpha >= 1/255.
-__device__ __forceinline__ bool splat_alpha(float3 xyo, float3 conic, float px, float py,
+// Fills `s` for the staged splat `geo` (x, y, a, c), `bo` (b, opacity) at (px, py), the
+// conic Q = [[a, b], [b, c]]; returns whether it contributes there: sigma >= 0 (NaN does not)
+// and alpha >= 1/255.
+__device__ __forceinline__ bool splat_alpha(float4 geo, float2 bo, float px, float py,
                                             SplatAlpha& s) {
-  s.dx = px - xyo.x;
-  s.dy = py - xyo.y;
-  const float sigma =
-      0.5f * (conic.x * s.dx * s.dx + conic.z * s.dy * s.dy) + conic.y * s.dx * s.dy;
+  s.dx = px - geo.x;
+  s.dy = py - geo.y;
+  const float sigma = 0.5f * (geo.z * s.dx * s.dx + geo.w * s.dy * s.dy) + bo.x * s.dx * s.dy;
   s.vis = __expf(-sigma);
-  s.raw = xyo.z * s.vis;
+  s.raw = bo.y * s.vis;
   s.alpha = fminf(kAlphaMax, s.raw);
   return sigma >= 0.f && s.alpha >= kAlphaMin;
 }

@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
   const TilePixel p = tile_pixel(offsets, num_cams, width, height, tiles_x, tiles_y, m);
   const int tr = p.tr, lane = tr & 31;
   __shared__ int s_id[kBlock];
-  __shared__ float3 s_xyo[kBlock];
-  __shared__ float3 s_conic[kBlock];
+  __shared__ float4 s_geo[kBlock];
+  __shared__ float2 s_bo[kBlock];
   __shared__ float s_feat[kBlock * CH];
   __shared__ float s_grad[kBlock * kGradStride];
 
@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
     __syncthreads();
     const int k = top - 1 - tr;
     if (k >= p.start)
-      s_id[tr] = stage_splat<CH>(k, tr, num_opacities, stored, flat_ids, means2d, conics, feats, opacities,
-                                 s_xyo, s_conic, s_feat);
+      s_id[tr] = stage_splat<CH>(k, tr, num_opacities, stored, flat_ids, means2d, conics, feats,
+                                 opacities, s_geo, s_bo, s_feat);
 #pragma unroll
     for (int s2 = 0; s2 < kGradStride; ++s2) s_grad[tr * kGradStride + s2] = 0.f;
     __syncthreads();
@@ -85,9 +85,10 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
     // Splats at or beyond this warp's last index cannot touch its pixels.
     for (int t = max(0, top - warp_last); t < count; ++t) {
       const int kk = top - 1 - t;
-      const float3 co = s_conic[t];
+      const float4 geo = s_geo[t];
+      const float2 bo = s_bo[t];
       SplatAlpha hit;
-      const bool valid = kk < last && splat_alpha(s_xyo[t], co, p.px, p.py, hit);
+      const bool valid = kk < last && splat_alpha(geo, bo, p.px, p.py, hit);
       if (!__any_sync(kFullMask, valid)) continue;
       float v[16];
 #pragma unroll
@@ -109,8 +110,8 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
         if (hit.raw <= kAlphaMax) {
           v[5 + CH] = hit.vis * v_alpha;
           const float v_sigma = -alpha * v_alpha;
-          v[0] = -v_sigma * (co.x * dx + co.y * dy);
-          v[1] = -v_sigma * (co.y * dx + co.z * dy);
+          v[0] = -v_sigma * (geo.z * dx + bo.x * dy);
+          v[1] = -v_sigma * (bo.x * dx + geo.w * dy);
           v[2] = 0.5f * v_sigma * dx * dx;
           v[3] = v_sigma * dx * dy;
           v[4] = 0.5f * v_sigma * dy * dy;
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
       }
       const int used = v_means2d_abs != nullptr ? 8 + CH : 6 + CH;
       // A stored logit: d sigmoid(v) / dv = o (1 - o).
-      const float o = s_xyo[tr].z;
+      const float o = s_bo[tr].y;
       const float chain = stored ? o * (1.f - o) : 1.f;
 #pragma unroll
       for (int s2 = 0; s2 < 8 + CH; ++s2)

@@ -22,8 +22,8 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     const float* __restrict__ background, float* __restrict__ out_rgb,
     float* __restrict__ out_depth, float* __restrict__ out_alpha, int* __restrict__ last_ids) {
   const TilePixel p = tile_pixel(offsets, num_cams, width, height, tiles_x, tiles_y, m);
-  __shared__ float3 s_xyo[kBlock];
-  __shared__ float3 s_conic[kBlock];
+  __shared__ float4 s_geo[kBlock];
+  __shared__ float2 s_bo[kBlock];
   __shared__ float s_feat[kBlock * CH];
 
   float T = 1.f;
@@ -36,13 +36,13 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     if (__syncthreads_count(done) == kBlock) break;
     const int k = base + p.tr;
     if (k < p.end)
-      stage_splat<CH>(k, p.tr, num_opacities, stored, flat_ids, means2d, conics, feats, opacities, s_xyo,
-                      s_conic, s_feat);
+      stage_splat<CH>(k, p.tr, num_opacities, stored, flat_ids, means2d, conics, feats, opacities,
+                      s_geo, s_bo, s_feat);
     __syncthreads();
     const int count = min(kBlock, p.end - base);
     for (int t = 0; t < count && !done; ++t) {
       SplatAlpha hit;
-      if (!splat_alpha(s_xyo[t], s_conic[t], p.px, p.py, hit)) continue;
+      if (!splat_alpha(s_geo[t], s_bo[t], p.px, p.py, hit)) continue;
       const float next_T = T * (1.f - hit.alpha);
       if (next_T < kTransmittanceMin) {
         done = true;

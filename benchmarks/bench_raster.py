@@ -56,6 +56,14 @@ def fox_scene(root: Path) -> dict:
     return {"gaussians": a, "viewmats": viewmats, "Ks": Ks, "width": width, "height": height}
 
 
+def scene_by_name(name: str, fox: Path) -> dict:
+    """The scene a ``--scenes`` name gives: ``random_<N>M`` (N million random Gaussians) or
+    ``fox_4cams`` (the fox at ``fox``)."""
+    if name.startswith("random_"):
+        return random_scene(int(float(name.split("_")[1].rstrip("M")) * 1_000_000))
+    return fox_scene(fox)
+
+
 def gsnb_render(s: dict, params: dict, with_depth: bool, check_values: bool | None = False):
     """``check_values=None``: the argument is left out, so the call is the default one."""
     checks = {} if check_values is None else {"check_values": check_values}
@@ -115,11 +123,7 @@ def main() -> int:
     results = {"environment": environment(), "scenes": {}}
     for name in args.scenes.split(","):
         print(f"== {name}", flush=True)
-        if name.startswith("random_"):
-            n = int(float(name.split("_")[1].rstrip("M")) * 1_000_000)
-            s = random_scene(n)
-        else:
-            s = fox_scene(args.fox)
+        s = scene_by_name(name, args.fox)
         row: dict = {
             "num_gaussians": int(s["gaussians"]["means"].shape[0]),
             "cameras": int(s["viewmats"].shape[0]),

@@ -26,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_raster import fox_scene, gsnb_render, gsplat_render, random_scene
+from bench_raster import gsnb_render, gsplat_render, scene_by_name
 from common import FOX, cuda_time_ms, environment, git_commit, write_json
 
 
@@ -148,10 +148,7 @@ def main() -> int:
         "scenes": {},
     }
     for name in args.scenes.split(","):
-        if name.startswith("random_"):
-            s = random_scene(int(float(name.split("_")[1].rstrip("M")) * 1e6))
-        else:
-            s = fox_scene(args.fox)
+        s = scene_by_name(name, args.fox)
         results["scenes"][name] = profile_scene(name, s, renderers, args.repeat)
         if args.cprofile:
             host_profile(s, args.repeat * 20)

@@ -150,6 +150,7 @@ def run_one(name: str, renderer: Any, data: Any, args: argparse.Namespace) -> di
         steps=args.steps, seed=args.seed, device="cuda", downscale=args.downscale, backend="cuda"
     )
     trainer = Trainer(data, config, renderer=renderer)
+    trainer.fused_step = name != "gsnb_autograd"  # gsnb.train.fused_step, the default
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     trace: list[list[float]] = []
@@ -231,7 +232,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=7000, help="7000 (default) or 30000")
     parser.add_argument("--downscale", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--renderers", default="gsnb,gsplat", help="comma list: gsnb, gsplat")
+    parser.add_argument(
+        "--renderers",
+        default="gsnb,gsplat",
+        help="comma list: gsnb, gsplat, gsnb_autograd (gsnb's renderer through autograd's "
+        "path instead of the fused training step: Trainer.fused_step = False)",
+    )
     parser.add_argument(
         "--memory-every", type=int, default=1000, help="sample GPU memory every this many steps"
     )
@@ -269,7 +275,11 @@ def main() -> int:
     data = load_dataset(args.data, downscale=args.downscale, test_every=8)
     print(f"data: {data!r} in {time.perf_counter() - started:.1f} s", flush=True)
     build_gsnb()
-    makers = {"gsnb": gsnb_renderer, "gsplat": lambda: gsplat_renderer}
+    makers = {
+        "gsnb": gsnb_renderer,
+        "gsnb_autograd": gsnb_renderer,
+        "gsplat": lambda: gsplat_renderer,
+    }
     payload = json.loads(out.read_text()) if out.is_file() else {"runs": {}}
     payload |= {
         "benchmark": "bench_train",

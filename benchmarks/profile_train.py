@@ -3,14 +3,17 @@
 Trains the fox (downscale 2, default strategy) for ``--warm`` steps, stops densifying so that
 the Gaussian count holds still, times ``--steps`` steps (CUDA synchronised), then profiles
 ``--profile-steps`` steps with ``torch.profiler``: the GPU time of each kernel per step and the
-CPU time of the step's phases (render, loss, backward, health signals, Adam, strategy).
+CPU time of the step's phases (the fused forward and backward call, or render, loss and
+backward; health signals, Adam, strategy).
 
     python benchmarks/profile_train.py --out DIR                      # gsnb's renderer
     python benchmarks/profile_train.py --out DIR --renderer gsplat    # gsplat's, same trainer
     python benchmarks/profile_train.py --out DIR --pytorch-ssim       # SSIM by convolutions
+    python benchmarks/profile_train.py --out DIR --autograd-step      # no fused step
 
-Writes ``DIR/profile_train_<renderer>[_pytorch_ssim].json`` and the profiler's tables
-(``profile_train_<renderer>_kernels.txt`` by GPU time, ``..._cpu.txt`` by CPU time). The
+Writes ``DIR/profile_train_<renderer>[_pytorch_ssim][_autograd_step].json`` and the
+profiler's tables (``..._kernels.txt`` by GPU time, ``..._cpu.txt`` by CPU time; with
+``--cprofile`` also ``..._host.txt``, cProfile's host functions over ``--steps`` steps). The
 profiler itself slows the CPU side; the wall time per step is measured without it.
 """
 
@@ -34,7 +37,7 @@ from common import FOX, environment, write_json
 import gsnb.train.trainer as trainer_module
 from gsnb.train import TrainConfig, Trainer
 
-PHASES = ("render", "loss", "backward", "health", "adam", "strategy")
+PHASES = ("fused", "render", "loss", "backward", "health", "adam", "strategy")
 
 
 def label(owner: Any, name: str, phase: str) -> None:
@@ -58,6 +61,26 @@ def ms_per_step(trainer: Trainer, steps: int) -> float:
     return (time.perf_counter() - started) / steps * 1000
 
 
+def host_profile(trainer: Trainer, steps: int) -> str:
+    """cProfile's table of ``steps`` training steps: the host functions by their own time,
+    then by their time with callees (the waits for the GPU show in the host syncs)."""
+    import cProfile
+    import io
+    import pstats
+
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    trainer.run(steps)
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumtime").print_stats(40)
+    return text.getvalue()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(FOX), help="dataset (default the fox)")
@@ -67,6 +90,17 @@ def main() -> int:
     parser.add_argument("--warm", type=int, default=1500, help="steps before measuring")
     parser.add_argument("--steps", type=int, default=200, help="steps timed without profiler")
     parser.add_argument("--profile-steps", type=int, default=20)
+    parser.add_argument(
+        "--cprofile",
+        action="store_true",
+        help="also write cProfile's table of --steps steps (PREFIX_host.txt)",
+    )
+    parser.add_argument(
+        "--autograd-step",
+        action="store_true",
+        help="the step through autograd's path (Trainer.fused_step = False) instead of the "
+        "fused forward and backward call",
+    )
     parser.add_argument(
         "--pytorch-ssim",
         action="store_true",
@@ -89,16 +123,19 @@ def main() -> int:
         steps=7000, seed=0, device="cuda", downscale=args.downscale, backend="cuda"
     )
     trainer = Trainer(data, config, renderer=renderer)
+    trainer.fused_step = not args.autograd_step
     trainer.run(args.warm)
     trainer.strategy.refine_stop_iter = 0  # hold the Gaussian count still from here on
     wall = ms_per_step(trainer, args.steps)
     print(f"[{args.renderer}] {wall:.3f} ms/step, {trainer.num_gaussians} Gaussians", flush=True)
+    host = host_profile(trainer, args.steps) if args.cprofile else None
 
+    label(trainer_module.fused_step, "forward_backward", "fused")
     label(trainer, "_render", "render")
     label(trainer_module, "photometric_terms", "loss")
     label(torch.Tensor, "backward", "backward")
     label(trainer_module, "health_sums", "health")
-    label(trainer.optimizer, "step", "adam")
+    label(trainer.optimizer, "update", "adam")
     label(trainer.strategy, "step_post_backward", "strategy")
     n = args.profile_steps
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -126,6 +163,7 @@ def main() -> int:
         "downscale": args.downscale,
         "gaussians": trainer.num_gaussians,
         "ssim": ssim_path(),
+        "step": "autograd" if args.autograd_step else "fused (default)",
         "wall_ms_per_step": round(wall, 3),
         "gpu_kernel_ms_per_step": round(sum(kernels.values()), 3),
         "cpu_ms_per_step_by_phase_under_profiler": {k: round(v, 3) for k, v in phases.items()},
@@ -133,7 +171,9 @@ def main() -> int:
         "env": environment(),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = "_pytorch_ssim" if args.pytorch_ssim else ""
+    suffix = ("_pytorch_ssim" if args.pytorch_ssim else "") + (
+        "_autograd_step" if args.autograd_step else ""
+    )
     stem = args.out / f"profile_train_{args.renderer}{suffix}"
     (stem.parent / f"{stem.name}_kernels.txt").write_text(
         table.table(sort_by="self_cuda_time_total", row_limit=40)
@@ -141,6 +181,8 @@ def main() -> int:
     (stem.parent / f"{stem.name}_cpu.txt").write_text(
         table.table(sort_by="cpu_time_total", row_limit=60)
     )
+    if host is not None:
+        (stem.parent / f"{stem.name}_host.txt").write_text(host)
     write_json(stem.parent / f"{stem.name}.json", result)
     print(json.dumps(result, indent=1))
     return 0

@@ -2,7 +2,11 @@
 // The same update as torch.optim.Adam (no weight decay, no amsgrad) in float32:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= step_size * m / (sqrt(v) / bias2_sqrt + eps),  step_size = lr / (1 - b1^t)
-// with the bias corrections worked out on the host per tensor (train_ops.cpp).
+// with the bias corrections worked out on the host per tensor (train_ops.cpp). With a gate
+// (float64 on the device: the gradients' sum of squares, their count of non-finite values,
+// the loss) the kernel updates nothing unless the sum fits a float32, the count is 0 and the
+// loss is finite: a training step launches its update before it reads its numbers back, and
+// a non-finite step still changes nothing.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -13,10 +17,13 @@ namespace gsnb {
 namespace {
 
 constexpr int kThreads = 512;
+constexpr double kFloat32Max = 3.4028234663852886e38;
 
 // one_minus_beta1/2 come from the host in double: 1.f - 0.999f is off by 1.3e-5 relative.
 __global__ void adam_kernel(AdamTensors list, float beta1, float one_minus_beta1, float beta2,
-                            float one_minus_beta2, float eps) {
+                            float one_minus_beta2, float eps, const double* gate) {
+  if (gate != nullptr && !(gate[0] <= kFloat32Max && gate[1] == 0.0 && isfinite(gate[2])))
+    return;
   const AdamTensor& a = list.t[blockIdx.y];
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.numel;
@@ -33,11 +40,11 @@ __global__ void adam_kernel(AdamTensors list, float beta1, float one_minus_beta1
 }  // namespace
 
 void launch_adam(const AdamTensors& list, int64_t count, int64_t most, double beta1,
-                 double beta2, double eps, cudaStream_t stream) {
+                 double beta2, double eps, const double* gate, cudaStream_t stream) {
   const dim3 grid(blocks_for(most, kThreads, 1024), static_cast<unsigned>(count));
   adam_kernel<<<grid, kThreads, 0, stream>>>(
       list, static_cast<float>(beta1), static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
-      static_cast<float>(1.0 - beta2), static_cast<float>(eps));
+      static_cast<float>(1.0 - beta2), static_cast<float>(eps), gate);
 }
 
 }  // namespace gsnb

@@ -8,7 +8,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 4;
+  m.attr("ABI_VERSION") = 5;
   // Every entry point runs without the GIL: each only launches work on a stream (binning
   // also waits for its count), so another Python thread -- training beside a viewer or a
   // notebook's widgets -- runs meanwhile instead of waiting for this one's GPU.
@@ -57,8 +57,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("adam_step", &gsnb::adam_step, "Adam over several tensors in one launch",
         py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"),
         py::arg("step_sizes"), py::arg("bias2_sqrts"), py::arg("beta1"), py::arg("beta2"),
-        py::arg("eps"), nogil);
+        py::arg("eps"), py::arg("gate"), nogil);
   m.def("accumulate_grad2d", &gsnb::accumulate_grad2d, "densification's running sums",
         py::arg("grads"), py::arg("radii"), py::arg("sx"), py::arg("sy"), py::arg("grad2d"),
         py::arg("count"), nogil);
+  m.def("train_forward_backward", &gsnb::train_forward_backward,
+        "a training step's render, photometric loss and gradients in one call",
+        py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("opacities"),
+        py::arg("sh0"), py::arg("shN"), py::arg("viewmats"), py::arg("Ks"), py::arg("width"),
+        py::arg("height"), py::arg("near_plane"), py::arg("far_plane"), py::arg("sh_degree"),
+        py::arg("backgrounds"), py::arg("target"), py::arg("pad"), py::arg("sigma"), py::arg("c1"),
+        py::arg("c2"), py::arg("lam"), py::arg("absgrad"), nogil);
 }

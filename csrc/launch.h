@@ -203,9 +203,10 @@ struct AdamTensors {
   AdamTensor t[kMaxTensors];
 };
 
-// count tensors of the list, `most` values in the largest.
+// count tensors of the list, `most` values in the largest; gate [3] (or nullptr): no update
+// unless gate[0] <= the largest float32, gate[1] == 0 and gate[2] is finite.
 void launch_adam(const AdamTensors& list, int64_t count, int64_t most, double beta1,
-                 double beta2, double eps, cudaStream_t stream);
+                 double beta2, double eps, const double* gate, cudaStream_t stream);
 
 // ---- densify.cu ---------------------------------------------------------------------------
 

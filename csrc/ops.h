@@ -103,16 +103,35 @@ at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
                        const std::vector<at::Tensor>& grads);
 
 // Adam (no weight decay, no amsgrad) over up to 8 float32 tensors in one launch, in place;
-// step_sizes = lr / (1 - beta1^t) and bias2_sqrts = sqrt(1 - beta2^t) per tensor.
+// step_sizes = lr / (1 - beta1^t) and bias2_sqrts = sqrt(1 - beta2^t) per tensor. gate
+// (optional, float64 [3] on the device: the gradients' sum of squares, their count of
+// non-finite values, the loss): nothing is updated unless the sum fits a float32, the count
+// is 0 and the loss is finite, decided on the device.
 void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                const std::vector<double>& step_sizes, const std::vector<double>& bias2_sqrts,
-               double beta1, double beta2, double eps);
+               double beta1, double beta2, double eps, const std::optional<at::Tensor>& gate);
 
 // Default densification's running sums, in place: for visible (radii > 0) splats,
 // grad2d[n] += |(grads.x * sx, grads.y * sy)| and count[n] += 1 over the C cameras.
 // grads [C,N,2] float32, radii [C,N,2] int32, grad2d and count [N] float32.
 void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double sx, double sy,
                        at::Tensor& grad2d, at::Tensor& count);
+
+// One training step's forward and backward pass for one camera: render_splats' classic
+// render of stored parameters (log-scales, opacity logits, sh0 [N,1,3] and shN [N,K-1,3]),
+// without depth, over backgrounds [1,3] (optional), then the photometric loss against
+// target [1,H,W,3] (photometric_forward's pad, sigma, c1, c2 and lambda), then the gradients
+// of the loss by the backward entry points above: what autograd computes from the same calls.
+// -> stats [4] (loss, L1, SSIM, MSE), v_means [N,3], v_quats [N,4], v_scales [N,3],
+//    v_opacities [N], v_sh0 [N,1,3], v_shN (shape of shN), means2d [1,N,2], v_means2d [1,N,2],
+//    radii [1,N,2] int32, and with absgrad |v_means2d| summed per pixel [1,N,2] (else empty).
+std::vector<at::Tensor> train_forward_backward(
+    const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
+    const at::Tensor& opacities, const at::Tensor& sh0, const std::optional<at::Tensor>& shN,
+    const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
+    double near_plane, double far_plane, int64_t sh_degree,
+    const std::optional<at::Tensor>& backgrounds, const at::Tensor& target, int64_t pad,
+    double sigma, double c1, double c2, double lambda, bool absgrad);
 
 }  // namespace gsnb

@@ -245,7 +245,7 @@ void check_entry(const at::Tensor& t, const at::Device& device, int64_t numel, c
 void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                const std::vector<double>& step_sizes, const std::vector<double>& bias2_sqrts,
-               double beta1, double beta2, double eps) {
+               double beta1, double beta2, double eps, const std::optional<at::Tensor>& gate) {
   const size_t count = params.size();
   TORCH_CHECK(count <= kMaxTensors, "adam_step: at most ", kMaxTensors, " tensors, got ", count);
   TORCH_CHECK(grads.size() == count && exp_avgs.size() == count && exp_avg_sqs.size() == count &&
@@ -270,7 +270,14 @@ void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tens
     most = std::max(most, params[i].numel());
   }
   if (most == 0) return;
-  launch_adam(list, static_cast<int64_t>(count), most, beta1, beta2, eps,
+  const double* gate_ptr = nullptr;
+  if (gate.has_value() && gate->defined()) {
+    check_input(*gate, device, "adam_step", "gate", at::kDouble);
+    TORCH_CHECK(gate->numel() == 3, "adam_step: the gate must hold 3 values, got ",
+                gate->numel());
+    gate_ptr = gate->data_ptr<double>();
+  }
+  launch_adam(list, static_cast<int64_t>(count), most, beta1, beta2, eps, gate_ptr,
               c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -35,6 +35,7 @@ __all__ = [
     "set_extension",
     "ssim_backward",
     "ssim_forward",
+    "train_forward_backward",
 ]
 
 
@@ -322,10 +323,13 @@ def adam_step(
     beta1: float,
     beta2: float,
     eps: float,
+    gate: Tensor | None = None,  # [3] float64: gradients' sum of squares, non-finite count, loss
 ) -> None:
-    """One Adam update of every tensor of ``params`` in one launch."""
+    """One Adam update of every tensor of ``params`` in one launch; with ``gate``, none
+    unless the gradients' sum of squares fits a float32, their count of non-finite values
+    is 0 and the loss is finite (decided on the device, no host sync)."""
     require().adam_step(
-        params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts, beta1, beta2, eps
+        params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts, beta1, beta2, eps, gate
     )
 
 
@@ -340,3 +344,37 @@ def accumulate_grad2d(
 ) -> None:
     """Add each visible Gaussian's normalised gradient norm to ``grad2d`` and 1 to ``count``."""
     require().accumulate_grad2d(grads, radii, sx, sy, grad2d, count)
+
+
+def train_forward_backward(
+    *,
+    means: Tensor,  # [N, 3]
+    quats: Tensor,  # [N, 4] wxyz
+    scales: Tensor,  # [N, 3] log-scales
+    opacities: Tensor,  # [N] logits
+    sh0: Tensor,  # [N, 1, 3]
+    shN: Tensor | None,  # [N, K-1, 3]
+    viewmats: Tensor,  # [1, 4, 4]
+    Ks: Tensor,  # [1, 3, 3]
+    width: int,
+    height: int,
+    near_plane: float,
+    far_plane: float,
+    sh_degree: int,
+    backgrounds: Tensor | None,  # [1, 3]
+    target: Tensor,  # [1, H, W, 3]
+    pad: int,
+    sigma: float,
+    c1: float,
+    c2: float,
+    lam: float,
+    absgrad: bool,
+) -> list[Tensor]:
+    """A training step's render (:func:`gsnb.render_splats`, classic, no depth), photometric
+    loss and gradients in one call: ``[stats [4] (loss, L1, SSIM, MSE), v_means, v_quats,
+    v_scales, v_opacities, v_sh0, v_shN, means2d [1, N, 2], v_means2d [1, N, 2], radii
+    [1, N, 2] int32, absgrad [1, N, 2] (empty unless absgrad)]``."""
+    return require().train_forward_backward(
+        means, quats, scales, opacities, sh0, shN, viewmats, Ks, width, height, near_plane,
+        far_plane, sh_degree, backgrounds, target, pad, sigma, c1, c2, lam, absgrad,
+    )  # fmt: skip

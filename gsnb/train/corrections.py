@@ -109,6 +109,23 @@ class ViewCorrections:
         moved = self.poses.moved(model.splats, viewmat, index)
         return MovedGaussians(moved, model.background)
 
+    def passes(self, index: int) -> bool:
+        """Whether view ``index`` trains on the plain render of its whole image: no pose
+        correction, no exposure transform, not a test view's half (:meth:`gaussians` and
+        :meth:`for_loss` change nothing); clears last step's gradients as they do.
+
+        Example:
+            >>> fix = ViewCorrections(TrainConfig(), ["a.png", "b.png"], num_halves=1, extent=1.0)
+            >>> fix.passes(0), fix.passes(1)  # view 1 is a test view's left half
+            (True, False)
+        """
+        self.exposure.matrices.grad = None
+        self.poses.params.grad = None
+        cfg = self.config
+        if cfg.exposure or cfg.pose_refine or self.poses.learned:
+            return False
+        return index < self.first_half
+
     def for_loss(self, rgb: Tensor, target: Tensor, index: int) -> tuple[Tensor, Tensor]:
         """The render ``[H, W, 3]`` through view ``index``'s exposure (when on) and the target,
         both cut to the left half for a test view; clears last step's gradients first."""

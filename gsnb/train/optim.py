@@ -115,16 +115,56 @@ class GaussianAdam(Adam):
         self._fused_step()
         return None
 
-    def update(self) -> None:
+    def update(self, gate: Tensor | None = None) -> None:
         """:meth:`step` for a training loop: the same update, without what torch's
         ``Optimizer.step`` wraps around every call (a profiler range, step hooks), which on
         the GPU cost about as much host time as the kernel launch itself. Step hooks do not
-        run."""
+        run.
+
+        ``gate`` (float64 ``[3]`` on the device: the gradients' sum of squares, their count
+        of non-finite values and the loss; only where :meth:`fuses`) lets the kernel itself
+        skip the update unless the sum fits a float32, the count is 0 and the loss finite,
+        so that a step can launch its update before it reads its numbers back;
+        :meth:`uncount` then takes back a skipped update's step count.
+        """
         if not self._fused():
+            if gate is not None:
+                raise ValueError("a gated update needs the fused kernel (see fuses())")
             self.step()
             return
         with torch.no_grad():
-            self._fused_step()
+            self._fused_step(gate)
+
+    def fuses(self) -> bool:
+        """Whether :meth:`update` runs the one-launch kernel (which takes a ``gate``).
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> GaussianAdam([{"params": [nn.Parameter(torch.ones(3))], "lr": 0.1}]).fuses()
+            False
+        """
+        return self._fused()
+
+    def uncount(self) -> None:
+        """Take back the step count of the last :meth:`update`, for a gated update the
+        kernel skipped (the parameters that had a gradient then must still have it).
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> p = nn.Parameter(torch.ones(3))
+            >>> opt = GaussianAdam([{"params": [p], "lr": 0.1}])
+            >>> p.grad = torch.ones(3)
+            >>> opt.update(); opt.uncount()
+            >>> float(opt.state[p]["step"])
+            0.0
+        """
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state.get(p)
+                if p.grad is not None and state:
+                    state["step"] -= 1
 
     def clear_grads(self) -> None:
         """``zero_grad(set_to_none=True)`` without torch's per-call wrapping (as :meth:`update`)."""
@@ -132,7 +172,7 @@ class GaussianAdam(Adam):
             for p in group["params"]:
                 p.grad = None
 
-    def _fused_step(self) -> None:
+    def _fused_step(self, gate: Tensor | None = None) -> None:
         params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts = [], [], [], [], [], []
         beta1, beta2 = self.param_groups[0]["betas"]
         for group in self.param_groups:
@@ -158,7 +198,7 @@ class GaussianAdam(Adam):
                 params=params[chunk], grads=grads[chunk], exp_avgs=exp_avgs[chunk],
                 exp_avg_sqs=exp_avg_sqs[chunk], step_sizes=step_sizes[chunk],
                 bias2_sqrts=bias2_sqrts[chunk], beta1=beta1, beta2=beta2,
-                eps=self.param_groups[0]["eps"],
+                eps=self.param_groups[0]["eps"], gate=gate,
             )  # fmt: skip
 
     def _fused(self) -> bool:

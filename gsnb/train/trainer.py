@@ -18,7 +18,7 @@ from torch import Tensor
 
 from gsnb.model import GaussianModel, checked_background
 from gsnb.raster import RenderResult
-from gsnb.train import batch, regularizers
+from gsnb.train import batch, fused_step, regularizers
 from gsnb.train import checkpoint as ckpt
 from gsnb.train.config import TrainConfig
 from gsnb.train.control import TrainingControl
@@ -95,7 +95,10 @@ class Trainer(TrainingControl):
     on ``device``), ``background`` (``[3]``), ``renderer`` (``default_renderer``
     unless one was passed), ``history`` (every step's metrics), ``evals`` and
     ``corrections`` (the learned exposures and pose corrections, when switched on:
-    :mod:`gsnb.train.corrections`).
+    :mod:`gsnb.train.corrections`). ``fused_step`` (True): a step of one view on the
+    CUDA backend renders, scores and back-propagates in one call of the extension
+    (:mod:`gsnb.train.fused_step`) where nothing else needs autograd's path; False
+    always takes it.
 
     Args:
         dataset: the views, split and initial points.
@@ -143,6 +146,7 @@ class Trainer(TrainingControl):
         self.device = _resolve_device(cfg.device)
         self.default_renderer = BackendRenderer(cfg.backend)
         self.renderer: Renderer = renderer or self.default_renderer
+        self.fused_step = True
         self.extent = float(dataset.extent)
         if not math.isfinite(self.extent) or self.extent <= 0:
             raise ValueError(f"dataset.extent must be a positive number, got {dataset.extent!r}")
@@ -292,6 +296,7 @@ class Trainer(TrainingControl):
         )
         set_learning_rates(self.optimizer, rates)
         group = self.process_group
+        fused: fused_step.StepGrads | None = None
         if cfg.batch_size > 1 or group is not None:  # several views per step: gsnb.train.batch
             rank, world = (0, 1) if group is None else (group.rank, group.world_size)
             ids, upcoming = batch.draw_views(self._order, cfg.batch_size, rank, world)
@@ -317,54 +322,75 @@ class Trainer(TrainingControl):
             bg = step_background(self.background, cfg.random_background, self._gen)
             self.optimizer.clear_grads()
 
-            out = self._render(
-                viewmat, K, width, height, degree, bg, self.strategy.absgrad, view=idx
-            )
-            means2d = out.meta.means2d
-            if means2d.requires_grad:
-                means2d.retain_grad()
-            rgb = out.rgb.squeeze(0)  # a view: its backward launches nothing (indexing's would)
-            rgb, target = self.corrections.for_loss(rgb, target, idx)
-            loss, l1, ssim_value, mse = photometric_terms(rgb, target, cfg.ssim_lambda)
-            info = {
-                "means2d": means2d,
-                "radii": out.meta.radii,
-                "width": width,
-                "height": height,
-                "n_cameras": 1,
-                "absgrad": screen_absgrad(out),
-            }
+            info = {"width": width, "height": height, "n_cameras": 1}
+            if self._fuses(idx, target):  # render, loss and backward pass in one call
+                fused = fused_step.forward_backward(
+                    self.model.splats, viewmat, K, width, height, degree, bg, target,
+                    cfg.ssim_lambda, self.strategy.absgrad,
+                )  # fmt: skip
+                info |= {"means2d": fused.means2d, "radii": fused.radii, "absgrad": fused.absgrad}
+            else:
+                out = self._render(
+                    viewmat, K, width, height, degree, bg, self.strategy.absgrad, view=idx
+                )
+                means2d = out.meta.means2d
+                if means2d.requires_grad:
+                    means2d.retain_grad()
+                rgb = out.rgb.squeeze(0)  # a view: its backward launches nothing (indexing's)
+                rgb, target = self.corrections.for_loss(rgb, target, idx)
+                terms = photometric_terms(rgb, target, cfg.ssim_lambda)
+                loss, l1, ssim_value, mse = terms
+                info |= {"means2d": means2d, "radii": out.meta.radii}
+                info["absgrad"] = screen_absgrad(out)
         extra = regularizers.regularization(
             self.model.splats, cfg, self.extent, self.strategy.regularization(self.model.splats)
         )
-        if extra is not None:
-            loss = loss + extra
-        loss.backward()
+        if fused is not None:  # the gradients are in .grad: the regularisers' add to them
+            metrics = fused.stats
+            if extra is not None:
+                extra.backward()
+                metrics = torch.cat([metrics[:1] + extra.detach(), metrics[1:]])
+        else:
+            if extra is not None:
+                loss = loss + extra
+            loss.backward()
+            with torch.no_grad():
+                metrics = torch.stack(
+                    [loss.detach(), l1.detach(), ssim_value.detach(), mse.detach()]
+                )
         params = list(self.model.splats.values())
-        with torch.no_grad():
-            metrics = torch.stack([loss.detach(), l1.detach(), ssim_value.detach(), mse.detach()])
         if group is not None:  # the mean over the processes, of the gradients and of the loss
             metrics = group.average(params, metrics)
         if cfg.scale_grad_clip > 0 and self.model.splats["scales"].grad is not None:
             torch.nn.utils.clip_grad_norm_([self.model.splats["scales"]], cfg.scale_grad_clip)
         grads = [p.grad for p in params if p.grad is not None] + self.corrections.grads()
         with torch.no_grad():
-            # The gradient norm comes with the health sums (a NaN/Inf gradient is counted there).
-            values = torch.cat([metrics, health_sums(self.model.splats, grads)])
-        read = values.tolist()  # the step's one host sync
-        host = dict(zip(("loss", "l1", "ssim", "mse"), read[:4], strict=True))
-        host["psnr"] = psnr_from_mse(host["mse"])
-        host |= signals_from_sums(read[4:], self.num_gaussians, self.extent)
-        ok = math.isfinite(host["loss"]) and host["grads_finite"] > 0.5
-        skipped = not ok and cfg.skip_nonfinite
-        half = _HalfStep(step, start, rates, degree, idx, host, skipped, info)
+            # The gradient norm comes with the health sums (a NaN/Inf gradient is counted
+            # there); values[7:10] are the gradients' sum of squares and that count, and the
+            # loss: the skip rule's inputs (health.signals_from_sums).
+            values = torch.cat([health_sums(self.model.splats, grads), metrics])
+        # The one-launch Adam goes before the read, so that its host work overlaps the GPU's
+        # backward pass; the kernel itself skips a non-finite step (the gate).
+        early = self.optimizer.fuses()
         guard = self._guard
         self._committing = True
         with guard.commit() if guard is not None else contextlib.nullcontext():
+            if early:
+                self.optimizer.update(values[7:10] if cfg.skip_nonfinite else None)
+            read = values.tolist()  # the step's one host sync
+            host = dict(zip(("loss", "l1", "ssim", "mse"), read[9:], strict=True))
+            host["psnr"] = psnr_from_mse(host["mse"])
+            host |= signals_from_sums(read[:9], self.num_gaussians, self.extent)
+            ok = math.isfinite(host["loss"]) and host["grads_finite"] > 0.5
+            skipped = not ok and cfg.skip_nonfinite
+            half = _HalfStep(step, start, rates, degree, idx, host, skipped, info)
             if not skipped:
-                self.optimizer.update()
+                if not early:
+                    self.optimizer.update()
                 self.corrections.step(step)
             else:
+                if early:  # the kernel skipped it: Adam's step counts go back
+                    self.optimizer.uncount()
                 self.skipped_steps += 1
             return self._densify_and_count(half)
 
@@ -686,6 +712,17 @@ class Trainer(TrainingControl):
         with self._shared_access():
             splats = {k: v.detach() for k, v in self.model.splats.items()}
             return use(splats, self._filter3d_variances())
+
+    def _fuses(self, index: int, target: Tensor) -> bool:
+        """Whether view ``index``'s step runs through :func:`fused_step.forward_backward`:
+        gsnb's own renderer on the CUDA backend, the classic mode without the 3D filter,
+        nothing between the render and the loss, and tensors the fused kernels take."""
+        cfg = self.config
+        if not self.fused_step or self.renderer is not self.default_renderer:
+            return False
+        if cfg.backend == "reference" or cfg.rasterize_mode != "classic" or cfg.filter3d:
+            return False
+        return self.corrections.passes(index) and fused_step.applies(self.model.splats, target)
 
     def _filter3d_variances(self) -> Tensor | None:
         """The 3D filter's ``[N]`` variances at this step, or None while it is off."""

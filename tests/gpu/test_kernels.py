@@ -34,5 +34,5 @@ def test_an_error_in_an_entry_point_raises_and_the_process_lives(cuda_ext):
     tensors = [torch.zeros(4, device="cuda") for _ in range(9)]
     with pytest.raises(RuntimeError, match="at most 8 tensors, got 9"):
         cuda_ext.adam_step(
-            tensors, tensors, tensors, tensors, [0.1] * 9, [0.5] * 9, 0.9, 0.999, 1e-15
+            tensors, tensors, tensors, tensors, [0.1] * 9, [0.5] * 9, 0.9, 0.999, 1e-15, None
         )

@@ -173,3 +173,35 @@ def test_accumulate_kernel_matches_pytorch(cuda_ext, monkeypatch, cams, n):
         strategy.accumulate(params, plain, info)
     assert torch.equal(fused["count"], plain["count"])
     assert rel_err(fused["grad2d"], plain["grad2d"]) < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("gate", "updates"),
+    [
+        ((0.5, 0.0, 0.25), True),
+        ((0.5, 1.0, 0.25), False),  # a non-finite gradient value
+        ((0.5, 0.0, math.nan), False),  # a NaN loss
+        ((0.5, 0.0, math.inf), False),
+        ((1e39, 0.0, 0.25), False),  # a gradient norm past float32's range
+        ((math.nan, 0.0, 0.25), False),
+    ],
+)
+def test_adam_gate_decides_on_the_device(cuda_ext, gate, updates):
+    params = splats(1000)
+    twin = {k: nn.Parameter(v.detach().clone()) for k, v in params.items()}
+    gated, plain = make_optimizer(params, RATES), make_optimizer(twin, RATES)
+    for p, q in zip(params.values(), twin.values(), strict=True):
+        p.grad = q.grad = torch.full_like(p, 0.5)
+    before = {k: v.detach().clone() for k, v in params.items()}
+    gated.update(torch.tensor(gate, dtype=torch.float64, device="cuda"))
+    plain.update()
+    for k in params:
+        want = twin[k] if updates else before[k]
+        assert torch.equal(params[k], want), k
+        moment = gated.state[params[k]]["exp_avg"]
+        assert bool((moment != 0).all()) == updates, k
+    if not updates:
+        gated.uncount()
+        assert all(float(gated.state[p]["step"]) == 0.0 for p in params.values())
+    with pytest.raises(RuntimeError, match="3 values"):
+        gated.update(torch.zeros(2, dtype=torch.float64, device="cuda"))

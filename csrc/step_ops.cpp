@@ -1,0 +1,75 @@
+// One training step's forward and backward pass in one call (ops.h, train_forward_backward):
+// the stages render_splats, the photometric loss and autograd's backward pass run one after
+// another here, with no Python between them. Each stage is the entry point of the same name,
+// so the step computes what the autograd path computes.
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "host.h"
+#include "ops.h"
+
+namespace gsnb {
+
+std::vector<at::Tensor> train_forward_backward(
+    const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
+    const at::Tensor& opacities, const at::Tensor& sh0, const std::optional<at::Tensor>& shN,
+    const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
+    double near_plane, double far_plane, int64_t sh_degree,
+    const std::optional<at::Tensor>& backgrounds, const at::Tensor& target, int64_t pad,
+    double sigma, double c1, double c2, double lambda, bool absgrad) {
+  const char* who = "train_forward_backward";
+  const auto device = means.device();
+  check_input(target, device, who, "target");
+  TORCH_CHECK(viewmats.dim() == 3 && viewmats.size(0) == 1, who,
+              ": one camera, viewmats [1, 4, 4], got ", viewmats.sizes());
+  TORCH_CHECK(target.dim() == 4 && target.size(0) == 1 && target.size(1) == height &&
+                  target.size(2) == width && target.size(3) == 3,
+              who, ": target must be [1, ", height, ", ", width, ", 3], got ", target.sizes());
+  const c10::cuda::OptionalCUDAGuard guard(device);
+
+  // Forward: projection with SH colours, binning, compositing over the background.
+  auto proj = project_forward(means, quats, scales, opacities, sh0, shN, viewmats, Ks, width,
+                              height, near_plane, far_plane, sh_degree, /*with_depth=*/false,
+                              /*stored=*/true, /*antialiased=*/false, std::nullopt,
+                              /*check_values=*/false);
+  const at::Tensor &means2d = proj[0], &conics = proj[1], &depths = proj[2], &radii = proj[3],
+                   &feats = proj[4], &tiles = proj[5];
+  auto bins = bin_splats(means2d, conics, opacities, depths, radii, tiles, width, height,
+                         /*stored=*/true);
+  const at::Tensor &offsets = bins[0], &flat_ids = bins[1];
+  auto image = rasterize_forward(means2d, conics, feats, opacities, offsets, flat_ids, width,
+                                 height, backgrounds, /*stored=*/true);
+  const at::Tensor &rgb = image[0], &depth = image[1], &alpha = image[2], &last_ids = image[3];
+
+  // The loss and its gradient with respect to the render (d loss / d loss = 1).
+  auto loss = photometric_forward(rgb, target, pad, sigma, c1, c2, lambda, /*with_grad=*/true);
+  const at::Tensor& stats = loss[0];
+  const at::Tensor one = at::ones({}, stats.options());
+  auto v_rgb = photometric_backward(rgb, target, loss[1], loss[2], loss[3], pad, sigma, lambda,
+                                    one, std::nullopt, std::nullopt, std::nullopt);
+
+  // Backward: compositing, then projection (the opacity logits' gradient is the
+  // rasterizer's: the projection reads no opacities in the classic mode).
+  const at::Tensor none = at::empty({0}, means.options());
+  auto raster = rasterize_backward(means2d, conics, feats, opacities, offsets, flat_ids, width,
+                                   height, alpha, depth, last_ids, v_rgb, none, none, absgrad,
+                                   backgrounds, /*stored=*/true);
+  const at::Tensor &v_means2d = raster[0], &v_conics = raster[1], &v_feats = raster[2],
+                   &v_opacities = raster[3];
+  auto grads = project_backward(means, quats, scales, none, sh0, shN, viewmats, Ks, width, height,
+                                near_plane, far_plane, sh_degree, radii, conics, v_means2d,
+                                v_conics, v_feats, none, none, /*stored=*/true,
+                                /*antialiased=*/false);
+  const at::Tensor sums = absgrad ? raster[4] : none;
+  return {stats,    grads[0], grads[1],  grads[2], v_opacities, grads[3],
+          grads[4], means2d,  v_means2d, radii,    sums};
+}
+
+}  // namespace gsnb

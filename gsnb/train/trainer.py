@@ -338,8 +338,7 @@ class Trainer(TrainingControl):
                     means2d.retain_grad()
                 rgb = out.rgb.squeeze(0)  # a view: its backward launches nothing (indexing's)
                 rgb, target = self.corrections.for_loss(rgb, target, idx)
-                terms = photometric_terms(rgb, target, cfg.ssim_lambda)
-                loss, l1, ssim_value, mse = terms
+                loss, l1, ssim_value, mse = photometric_terms(rgb, target, cfg.ssim_lambda)
                 info |= {"means2d": means2d, "radii": out.meta.radii}
                 info["absgrad"] = screen_absgrad(out)
         extra = regularizers.regularization(

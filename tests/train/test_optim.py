@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from gsnb.train.config import TrainConfig
-from gsnb.train.optim import learning_rates, make_optimizer, set_learning_rates
+from gsnb.train.optim import GaussianAdam, learning_rates, make_optimizer, set_learning_rates
 
 
 def test_learning_rates_follow_3dgs() -> None:
@@ -111,3 +111,17 @@ def test_adam_without_the_dynamo_wrappers_saves_and_loads_as_torch_adam() -> Non
     fresh.load_state_dict(theirs.state_dict())
     assert fresh.param_groups[0]["lr"] == 0.1
     assert torch.equal(fresh.state_dict()["state"][0]["exp_avg"], theirs.state[q]["exp_avg"])
+
+
+def test_a_gated_update_needs_the_fused_kernel() -> None:
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = GaussianAdam([{"params": [p], "lr": 0.1, "name": "x"}])
+    p.grad = torch.ones(3)
+    assert not opt.fuses()  # a CPU tensor: torch's Adam
+    with pytest.raises(ValueError, match="fused kernel"):
+        opt.update(torch.zeros(3, dtype=torch.float64))
+    assert torch.equal(p, torch.ones(3))  # refused before anything changed
+    opt.update()
+    assert float(opt.state[p]["step"]) == 1.0
+    opt.uncount()
+    assert float(opt.state[p]["step"]) == 0.0

@@ -104,7 +104,8 @@ def main() -> int:
     parser.add_argument(
         "--pytorch-ssim",
         action="store_true",
-        help="compute the loss's SSIM with PyTorch convolutions instead of the fused kernels",
+        help="compute the loss's SSIM with PyTorch convolutions instead of the fused kernels "
+        "(through autograd's path: the fused step has its own)",
     )
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -123,7 +124,9 @@ def main() -> int:
         steps=7000, seed=0, device="cuda", downscale=args.downscale, backend="cuda"
     )
     trainer = Trainer(data, config, renderer=renderer)
-    trainer.fused_step = not args.autograd_step
+    # The fused step computes SSIM with its own kernels: --pytorch-ssim needs autograd's path.
+    trainer.fused_step = not (args.autograd_step or args.pytorch_ssim)
+    fused = trainer.fused_step and args.renderer == "gsnb"  # gsplat's renderer never fuses
     trainer.run(args.warm)
     trainer.strategy.refine_stop_iter = 0  # hold the Gaussian count still from here on
     wall = ms_per_step(trainer, args.steps)
@@ -163,7 +166,7 @@ def main() -> int:
         "downscale": args.downscale,
         "gaussians": trainer.num_gaussians,
         "ssim": ssim_path(),
-        "step": "autograd" if args.autograd_step else "fused (default)",
+        "step": "fused (default)" if fused else "autograd",
         "wall_ms_per_step": round(wall, 3),
         "gpu_kernel_ms_per_step": round(sum(kernels.values()), 3),
         "cpu_ms_per_step_by_phase_under_profiler": {k: round(v, 3) for k, v in phases.items()},

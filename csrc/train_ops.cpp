@@ -269,7 +269,6 @@ void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tens
                            static_cast<float>(bias2_sqrts[i])};
     most = std::max(most, params[i].numel());
   }
-  if (most == 0) return;
   const double* gate_ptr = nullptr;
   if (gate.has_value() && gate->defined()) {
     check_input(*gate, device, "adam_step", "gate", at::kDouble);
@@ -277,6 +276,7 @@ void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tens
                 gate->numel());
     gate_ptr = gate->data_ptr<double>();
   }
+  if (most == 0) return;
   launch_adam(list, static_cast<int64_t>(count), most, beta1, beta2, eps, gate_ptr,
               c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -5,9 +5,10 @@ with the 3DGS photometric loss and runs autograd's backward pass: about thirty k
 each launched from Python through an autograd function. On the GPU that Python, not the
 kernels, bounds the step. :func:`forward_backward` runs the same entry points of the
 extension in the same order from C++ (``csrc/step_ops.cpp``) and leaves each parameter's
-gradient in ``.grad``, as ``loss.backward()`` would. :func:`applies` says when it may
-stand in for the autograd path: the CUDA extension, one view, the classic rasterizer, and
-nothing between the render and the loss (no exposure or pose correction, no 3D filter).
+gradient in ``.grad``, as ``loss.backward()`` would. It stands in for the autograd path
+of one view in the classic mode with nothing between the render and the loss (no exposure
+or pose correction, no 3D filter), which :class:`~gsnb.train.Trainer` decides;
+:func:`applies` says whether the kernels take the tensors.
 """
 
 from __future__ import annotations

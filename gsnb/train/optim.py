@@ -148,7 +148,8 @@ class GaussianAdam(Adam):
 
     def uncount(self) -> None:
         """Take back the step count of the last :meth:`update`, for a gated update the
-        kernel skipped (the parameters that had a gradient then must still have it).
+        kernel skipped (the parameters that had a gradient then must still have it); state
+        that update made for a parameter goes too, as if it had never run.
 
         Example:
             >>> import torch
@@ -156,15 +157,17 @@ class GaussianAdam(Adam):
             >>> p = nn.Parameter(torch.ones(3))
             >>> opt = GaussianAdam([{"params": [p], "lr": 0.1}])
             >>> p.grad = torch.ones(3)
-            >>> opt.update(); opt.uncount()
+            >>> opt.update(); opt.update(); opt.uncount()
             >>> float(opt.state[p]["step"])
-            0.0
+            1.0
         """
         for group in self.param_groups:
             for p in group["params"]:
                 state = self.state.get(p)
                 if p.grad is not None and state:
                     state["step"] -= 1
+                    if float(state["step"]) <= 0.0:
+                        del self.state[p]
 
     def clear_grads(self) -> None:
         """``zero_grad(set_to_none=True)`` without torch's per-call wrapping (as :meth:`update`)."""
@@ -174,6 +177,7 @@ class GaussianAdam(Adam):
 
     def _fused_step(self, gate: Tensor | None = None) -> None:
         params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts = [], [], [], [], [], []
+        counted: list[dict[str, Any]] = []  # step counts advance once the launches went out
         beta1, beta2 = self.param_groups[0]["betas"]
         for group in self.param_groups:
             for p in group["params"]:
@@ -184,8 +188,8 @@ class GaussianAdam(Adam):
                     state["step"] = torch.tensor(0.0)
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-                t = float(state["step"])
+                counted.append(state)
+                t = float(state["step"]) + 1.0
                 params.append(p)
                 grads.append(p.grad if p.grad.is_contiguous() else p.grad.contiguous())
                 exp_avgs.append(state["exp_avg"])
@@ -200,6 +204,8 @@ class GaussianAdam(Adam):
                 bias2_sqrts=bias2_sqrts[chunk], beta1=beta1, beta2=beta2,
                 eps=self.param_groups[0]["eps"], gate=gate,
             )  # fmt: skip
+        for state in counted:
+            state["step"] += 1
 
     def _fused(self) -> bool:
         """Whether the one-launch kernel applies to every group."""

@@ -347,7 +347,8 @@ class Trainer(TrainingControl):
         if fused is not None:  # the gradients are in .grad: the regularisers' add to them
             metrics = fused.stats
             if extra is not None:
-                extra.backward()
+                if extra.requires_grad:
+                    extra.backward()
                 metrics = torch.cat([metrics[:1] + extra.detach(), metrics[1:]])
         else:
             if extra is not None:

@@ -123,5 +123,27 @@ def test_a_gated_update_needs_the_fused_kernel() -> None:
     assert torch.equal(p, torch.ones(3))  # refused before anything changed
     opt.update()
     assert float(opt.state[p]["step"]) == 1.0
+    opt.update()
     opt.uncount()
-    assert float(opt.state[p]["step"]) == 0.0
+    assert float(opt.state[p]["step"]) == 1.0
+    opt.uncount()  # back to no update at all: no state either
+    assert not opt.state.get(p)
+
+
+def test_a_launch_that_fails_counts_no_step(monkeypatch) -> None:
+    # The one-launch path advances Adam's step counts only once its launches went out.
+    from gsnb import kernels
+
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = GaussianAdam([{"params": [p], "lr": 0.1, "name": "x"}])
+    p.grad = torch.ones(3)
+    opt.update()  # torch's Adam on the CPU: one step counted
+    monkeypatch.setattr(GaussianAdam, "_fused", lambda self: True)
+
+    def refused(**_):
+        raise RuntimeError("adam_step: refused")
+
+    monkeypatch.setattr(kernels, "adam_step", refused)
+    with pytest.raises(RuntimeError, match="refused"):
+        opt.update()
+    assert float(opt.state[p]["step"]) == 1.0

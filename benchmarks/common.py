@@ -85,6 +85,26 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def host_table(work: Callable[[], Any], top: int = 40, by: tuple[str, ...] = ("tottime",)) -> str:
+    """cProfile's table of the host functions of ``work()``, CUDA synchronised before and
+    after (a wait for the GPU shows in the call that syncs), sorted by each of ``by``."""
+    import cProfile
+    import io
+    import pstats
+
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    work()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    for key in by:
+        stats.sort_stats(key).print_stats(top)
+    return text.getvalue()
+
+
 def git_commit() -> str | None:
     """This checkout's commit (``-dirty`` when tracked files have changes), or None outside
     a git checkout.

@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_raster import gsnb_render, gsplat_render, scene_by_name
-from common import FOX, cuda_time_ms, environment, git_commit, write_json
+from common import FOX, cuda_time_ms, environment, git_commit, host_table, write_json
 
 
 def short_name(name: str) -> str:
@@ -109,20 +109,15 @@ def profile_scene(name: str, s: dict, renderers: tuple[str, ...], repeat: int) -
 def host_profile(s: dict, calls: int) -> None:
     """Print the host functions that take the most time in ``calls`` forward+backward calls of
     gsnb's default render (cProfile, time in the function itself)."""
-    import cProfile
-    import pstats
-
     params = {k: v.clone().requires_grad_(True) for k, v in s["gaussians"].items()}
     for _ in range(3):
         gsnb_render(s, params, False, None).sum().backward()
-    torch.cuda.synchronize()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(calls):
-        gsnb_render(s, params, False, None).sum().backward()
-    torch.cuda.synchronize()
-    profiler.disable()
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+
+    def work() -> None:
+        for _ in range(calls):
+            gsnb_render(s, params, False, None).sum().backward()
+
+    print(host_table(work, top=30))
 
 
 def main() -> int:

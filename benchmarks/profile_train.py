@@ -32,7 +32,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_train import build_gsnb, gsnb_renderer, gsplat_renderer, ssim_path
-from common import FOX, environment, write_json
+from common import FOX, environment, host_table, write_json
 
 import gsnb.train.trainer as trainer_module
 from gsnb.train import TrainConfig, Trainer
@@ -59,26 +59,6 @@ def ms_per_step(trainer: Trainer, steps: int) -> float:
     trainer.run(steps)
     torch.cuda.synchronize()
     return (time.perf_counter() - started) / steps * 1000
-
-
-def host_profile(trainer: Trainer, steps: int) -> str:
-    """cProfile's table of ``steps`` training steps: the host functions by their own time,
-    then by their time with callees (the waits for the GPU show in the host syncs)."""
-    import cProfile
-    import io
-    import pstats
-
-    torch.cuda.synchronize()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    trainer.run(steps)
-    torch.cuda.synchronize()
-    profiler.disable()
-    text = io.StringIO()
-    stats = pstats.Stats(profiler, stream=text)
-    stats.sort_stats("tottime").print_stats(40)
-    stats.sort_stats("cumtime").print_stats(40)
-    return text.getvalue()
 
 
 def main() -> int:
@@ -131,7 +111,9 @@ def main() -> int:
     trainer.strategy.refine_stop_iter = 0  # hold the Gaussian count still from here on
     wall = ms_per_step(trainer, args.steps)
     print(f"[{args.renderer}] {wall:.3f} ms/step, {trainer.num_gaussians} Gaussians", flush=True)
-    host = host_profile(trainer, args.steps) if args.cprofile else None
+    host = None
+    if args.cprofile:  # the host functions by their own time, then with their callees
+        host = host_table(lambda: trainer.run(args.steps), by=("tottime", "cumtime"))
 
     label(trainer_module.fused_step, "forward_backward", "fused")
     label(trainer, "_render", "render")

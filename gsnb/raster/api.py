@@ -14,6 +14,7 @@ from torch import Tensor
 
 from gsnb.cameras import camera_centres
 from gsnb.raster import reference
+from gsnb.raster.constants import FAR_PLANE, NEAR_PLANE
 from gsnb.raster.projection import Projection, project
 from gsnb.raster.sh import eval_sh
 from gsnb.raster.validate import DeferredCheck, check_values_of, validate_inputs, value_tensors
@@ -120,8 +121,8 @@ def render(
     *,
     sh_degree: int | None = None,
     backgrounds: Tensor | None = None,
-    near_plane: float = 0.01,
-    far_plane: float = 1e10,
+    near_plane: float = NEAR_PLANE,
+    far_plane: float = FAR_PLANE,
     backend: Backend = "auto",
     absgrad: bool = False,
     with_depth: bool = True,
@@ -249,8 +250,8 @@ def render_splats(
     *,
     sh_degree: int | None = None,
     backgrounds: Tensor | None = None,
-    near_plane: float = 0.01,
-    far_plane: float = 1e10,
+    near_plane: float = NEAR_PLANE,
+    far_plane: float = FAR_PLANE,
     backend: Backend = "auto",
     absgrad: bool = False,
     with_depth: bool = True,

@@ -15,5 +15,11 @@ T_MIN = 1e-4
 TILE_SIZE = 16
 """Tile edge in pixels used to bin splats."""
 
+NEAR_PLANE = 0.01
+"""The default near plane: splats closer to the camera (view-space depth) are culled."""
+
+FAR_PLANE = 1e10
+"""The default far plane: splats farther than this are culled."""
+
 FOV_CLAMP = 1.3
 """The Jacobian of the projection is evaluated with x/z, y/z clamped to this factor of the FOV."""

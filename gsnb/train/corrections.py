@@ -112,15 +112,14 @@ class ViewCorrections:
     def passes(self, index: int) -> bool:
         """Whether view ``index`` trains on the plain render of its whole image: no pose
         correction, no exposure transform, not a test view's half (:meth:`gaussians` and
-        :meth:`for_loss` change nothing); clears last step's gradients as they do.
+        :meth:`for_loss` change nothing); clears last step's gradients as ``for_loss`` does.
 
         Example:
             >>> fix = ViewCorrections(TrainConfig(), ["a.png", "b.png"], num_halves=1, extent=1.0)
             >>> fix.passes(0), fix.passes(1)  # view 1 is a test view's left half
             (True, False)
         """
-        self.exposure.matrices.grad = None
-        self.poses.params.grad = None
+        self._clear_grads()
         cfg = self.config
         if cfg.exposure or cfg.pose_refine or self.poses.learned:
             return False
@@ -129,14 +128,17 @@ class ViewCorrections:
     def for_loss(self, rgb: Tensor, target: Tensor, index: int) -> tuple[Tensor, Tensor]:
         """The render ``[H, W, 3]`` through view ``index``'s exposure (when on) and the target,
         both cut to the left half for a test view; clears last step's gradients first."""
-        self.exposure.matrices.grad = None
-        self.poses.params.grad = None
+        self._clear_grads()
         if self.config.exposure:
             rgb = self.exposure.apply(rgb, index)
         if index >= self.first_half:
             cut = left_columns(rgb.shape[-2])
             rgb, target = rgb[..., :cut, :], target[..., :cut, :]
         return rgb, target
+
+    def _clear_grads(self) -> None:
+        self.exposure.matrices.grad = None
+        self.poses.params.grad = None
 
     def grads(self) -> list[Tensor]:
         """This step's gradients of the corrections being learned (for the finite check)."""

@@ -20,13 +20,8 @@ from torch import Tensor
 
 from gsnb import kernels
 from gsnb.model import SPLAT_KEYS
+from gsnb.raster.constants import FAR_PLANE, NEAR_PLANE
 from gsnb.train.losses import SSIM_C1, SSIM_C2, SSIM_SIGMA, SSIM_WINDOW
-
-NEAR_PLANE = 0.01
-"""The near plane of :func:`gsnb.render_splats`' default, which training renders with."""
-
-FAR_PLANE = 1e10
-"""The far plane of :func:`gsnb.render_splats`' default."""
 
 _OP = "train_forward_backward"
 
@@ -125,6 +120,6 @@ def forward_backward(
     stats, *grads = outs[:7]
     means2d, v_means2d, radii, sums = outs[7:]
     for p, g in zip(params, grads, strict=True):
-        p.grad = g if g.shape == p.shape else g.reshape(p.shape)
+        p.grad = g  # the kernels return each gradient in its parameter's shape
     means2d.grad = v_means2d
     return StepGrads(stats, means2d, radii, sums if absgrad else None)

@@ -119,32 +119,35 @@ class GaussianAdam(Adam):
         """:meth:`step` for a training loop: the same update, without what torch's
         ``Optimizer.step`` wraps around every call (a profiler range, step hooks), which on
         the GPU cost about as much host time as the kernel launch itself. Step hooks do not
-        run.
+        run. ``gate``: as for :meth:`launch`, which it needs.
+        """
+        if self.launch(gate):
+            return
+        if gate is not None:
+            raise ValueError("a gated update needs the fused kernel (see launch())")
+        self.step()
+
+    def launch(self, gate: Tensor | None = None) -> bool:
+        """The update in one kernel launch where it applies (CUDA float32 tensors, the
+        extension built); returns False, having done nothing, where it does not.
 
         ``gate`` (float64 ``[3]`` on the device: the gradients' sum of squares, their count
-        of non-finite values and the loss; only where :meth:`fuses`) lets the kernel itself
-        skip the update unless the sum fits a float32, the count is 0 and the loss finite,
-        so that a step can launch its update before it reads its numbers back;
-        :meth:`uncount` then takes back a skipped update's step count.
-        """
-        if not self._fused():
-            if gate is not None:
-                raise ValueError("a gated update needs the fused kernel (see fuses())")
-            self.step()
-            return
-        with torch.no_grad():
-            self._fused_step(gate)
-
-    def fuses(self) -> bool:
-        """Whether :meth:`update` runs the one-launch kernel (which takes a ``gate``).
+        of non-finite values and the loss) lets the kernel itself skip the update unless the
+        sum fits a float32, the count is 0 and the loss finite, so that a step can launch its
+        update before it reads its numbers back; :meth:`uncount` then takes back a skipped
+        update's step count.
 
         Example:
             >>> import torch
             >>> from torch import nn
-            >>> GaussianAdam([{"params": [nn.Parameter(torch.ones(3))], "lr": 0.1}]).fuses()
+            >>> GaussianAdam([{"params": [nn.Parameter(torch.ones(3))], "lr": 0.1}]).launch()
             False
         """
-        return self._fused()
+        if not self._fused():
+            return False
+        with torch.no_grad():
+            self._fused_step(gate)
+        return True
 
     def uncount(self) -> None:
         """Take back the step count of the last :meth:`update`, for a gated update the

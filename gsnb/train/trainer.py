@@ -339,8 +339,11 @@ class Trainer(TrainingControl):
                 rgb = out.rgb.squeeze(0)  # a view: its backward launches nothing (indexing's)
                 rgb, target = self.corrections.for_loss(rgb, target, idx)
                 loss, l1, ssim_value, mse = photometric_terms(rgb, target, cfg.ssim_lambda)
-                info |= {"means2d": means2d, "radii": out.meta.radii}
-                info["absgrad"] = screen_absgrad(out)
+                info |= {
+                    "means2d": means2d,
+                    "radii": out.meta.radii,
+                    "absgrad": screen_absgrad(out),
+                }
         extra = regularizers.regularization(
             self.model.splats, cfg, self.extent, self.strategy.regularization(self.model.splats)
         )
@@ -371,12 +374,10 @@ class Trainer(TrainingControl):
             values = torch.cat([health_sums(self.model.splats, grads), metrics])
         # The one-launch Adam goes before the read, so that its host work overlaps the GPU's
         # backward pass; the kernel itself skips a non-finite step (the gate).
-        early = self.optimizer.fuses()
         guard = self._guard
         self._committing = True
         with guard.commit() if guard is not None else contextlib.nullcontext():
-            if early:
-                self.optimizer.update(values[7:10] if cfg.skip_nonfinite else None)
+            early = self.optimizer.launch(values[7:10] if cfg.skip_nonfinite else None)
             read = values.tolist()  # the step's one host sync
             host = dict(zip(("loss", "l1", "ssim", "mse"), read[9:], strict=True))
             host["psnr"] = psnr_from_mse(host["mse"])

@@ -188,7 +188,7 @@ def test_a_non_finite_step_is_skipped_on_the_device(cuda_ext, tmp_path, monkeypa
     data = build_scene(tmp_path / "scene", size=48, views=4, gaussians=60, points=200)
     trainer = Trainer(data, TrainConfig(steps=10, device="cuda", backend="cuda", seed=5))
     trainer.run(2)
-    assert trainer.optimizer.fuses()
+    assert trainer.optimizer._fused()
     real = fused_step.forward_backward
 
     def poisoned(splats, *args, **kwargs):

@@ -117,7 +117,7 @@ def test_a_gated_update_needs_the_fused_kernel() -> None:
     p = torch.nn.Parameter(torch.ones(3))
     opt = GaussianAdam([{"params": [p], "lr": 0.1, "name": "x"}])
     p.grad = torch.ones(3)
-    assert not opt.fuses()  # a CPU tensor: torch's Adam
+    assert not opt._fused()  # a CPU tensor: torch's Adam
     with pytest.raises(ValueError, match="fused kernel"):
         opt.update(torch.zeros(3, dtype=torch.float64))
     assert torch.equal(p, torch.ones(3))  # refused before anything changed

@@ -9,6 +9,7 @@
 
 #include "common.cuh"
 #include "launch.h"
+#include "reduce.cuh"
 
 namespace gsnb {
 namespace {
@@ -33,6 +34,24 @@ __global__ void gather_counts_kernel(
   if (p < total) counts[p] = tiles[order[p]];
 }
 
+// A splat with more tiles than this is emitted by its whole warp, one tile row per lane: one
+// thread walking a large splat's hundreds of tiles held up its warp and the kernel's tail.
+constexpr int kWarpEmit = 32;
+
+__device__ __forceinline__ TileWalk shfl_walk(const TileWalk& w, int src) {
+  TileWalk o;
+  o.mx = __shfl_sync(kFullMask, w.mx, src);
+  o.my = __shfl_sync(kFullMask, w.my, src);
+  o.A = __shfl_sync(kFullMask, w.A, src);
+  o.B = __shfl_sync(kFullMask, w.B, src);
+  o.C = __shfl_sync(kFullMask, w.C, src);
+  o.r2e = __shfl_sync(kFullMask, w.r2e, src);
+  o.py_lo = __shfl_sync(kFullMask, w.py_lo, src);
+  o.py_hi = __shfl_sync(kFullMask, w.py_hi, src);
+  o.width = __shfl_sync(kFullMask, w.width, src);
+  return o;
+}
+
 __global__ void emit_kernel(
     int64_t total, int n, const int* __restrict__ order, const int64_t* __restrict__ ends,
     const float* __restrict__ means2d, const float* __restrict__ conics,
@@ -40,25 +59,69 @@ __global__ void emit_kernel(
     const int* __restrict__ radii, int width, int height,
     int tiles_x, int num_tiles, uint32_t* __restrict__ keys, int* __restrict__ values) {
   const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (p >= total) return;
-  int pos = p == 0 ? 0 : (int)ends[p - 1];
-  const int end = (int)ends[p];
-  if (pos == end) return;
-  const int idx = order[p];
-  const int cid = idx / n;
-  const int gid = idx - cid * n;
-  float r2;
-  if (!extent2(opacity_of(opacities[per_camera ? idx : gid], stored), &r2)) return;
-  const uint32_t cam_base = (uint32_t)cid * (uint32_t)num_tiles;
-  for_each_tile(
-      means2d[idx * 2], means2d[idx * 2 + 1], conics[idx * 3], conics[idx * 3 + 1],
-      conics[idx * 3 + 2], r2, radii[idx * 2 + 1], width, height, [&](int tx, int ty) {
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  // No early return: every lane takes part in the warp's walks of large splats below.
+  int pos = 0, end = 0, idx = 0;
+  float r2 = 0.f;
+  bool live = false;
+  if (p < total) {
+    pos = p == 0 ? 0 : (int)ends[p - 1];
+    end = (int)ends[p];
+    if (pos < end) {
+      idx = order[p];
+      const int gid = idx % n;
+      live = extent2(opacity_of(opacities[per_camera ? idx : gid], stored), &r2);
+    }
+  }
+  const uint32_t cam_base = (uint32_t)(idx / n) * (uint32_t)num_tiles;
+  TileWalk w{};
+  if (live)
+    w = tile_walk(means2d[idx * 2], means2d[idx * 2 + 1], conics[idx * 3], conics[idx * 3 + 1],
+                  conics[idx * 3 + 2], r2, radii[idx * 2 + 1], width, height);
+  const bool by_warp = live && end - pos > kWarpEmit;
+  if (live && !by_warp && w.py_lo <= w.py_hi) {
+    for (int ty = w.ty_lo(); ty <= w.ty_hi(); ++ty) {
+      int tx_lo, tx_hi;
+      if (!w.row(ty, &tx_lo, &tx_hi)) continue;
+      for (int tx = tx_lo; tx <= tx_hi; ++tx, ++pos) {
         if (pos < end) {
           keys[pos] = cam_base + (uint32_t)(ty * tiles_x + tx);
           values[pos] = idx;
         }
-        ++pos;
-      });
+      }
+    }
+  }
+  // The warp's large splats, one after another: lane l walks tile rows l, l + 32, ...
+  // and writes them where a scan of the rows' lengths puts them, in the walk's order.
+  for (unsigned queue = __ballot_sync(kFullMask, by_warp); queue != 0; queue &= queue - 1) {
+    const int src = __ffs(queue) - 1;
+    const TileWalk sw = shfl_walk(w, src);
+    int at0 = __shfl_sync(kFullMask, pos, src);
+    const int s_end = __shfl_sync(kFullMask, end, src);
+    const int s_idx = __shfl_sync(kFullMask, idx, src);
+    const uint32_t s_base = __shfl_sync(kFullMask, cam_base, src);
+    if (sw.py_lo > sw.py_hi) continue;
+    for (int ty0 = sw.ty_lo(); ty0 <= sw.ty_hi(); ty0 += kWarpSize) {
+      const int ty = ty0 + lane;
+      int tx_lo = 0, tx_hi = -1;
+      if (ty > sw.ty_hi() || !sw.row(ty, &tx_lo, &tx_hi)) tx_hi = tx_lo - 1;
+      const int len = tx_hi - tx_lo + 1;
+      int incl = len;  // inclusive scan of the row lengths over the lanes
+#pragma unroll
+      for (int o = 1; o < kWarpSize; o <<= 1) {
+        const int below = __shfl_up_sync(kFullMask, incl, o);
+        if (lane >= o) incl += below;
+      }
+      int at = at0 + incl - len;
+      for (int tx = tx_lo; tx <= tx_hi; ++tx, ++at) {
+        if (at < s_end) {
+          keys[at] = s_base + (uint32_t)(ty * tiles_x + tx);
+          values[at] = s_idx;
+        }
+      }
+      at0 += __shfl_sync(kFullMask, incl, kWarpSize - 1);
+    }
+  }
 }
 
 // offsets[t] = index of the first intersection whose (camera, tile) slot is >= t.

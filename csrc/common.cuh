@@ -86,26 +86,58 @@ __device__ __forceinline__ bool ellipse_row_span(
   return true;
 }
 
+// The rows of tiles a splat can reach: its box's pixel rows [py_lo, py_hi] (empty when
+// py_lo > py_hi) and the radius the tile walk uses.
+struct TileWalk {
+  float mx, my, A, B, C, r2e;
+  int py_lo, py_hi, width;
+  __device__ __forceinline__ int ty_lo() const { return py_lo / kTile; }
+  __device__ __forceinline__ int ty_hi() const { return py_hi / kTile; }
+  // The tiles [*tx_lo, *tx_hi] of tile row ty whose pixel centres can see alpha >= 1/255;
+  // false when there are none.
+  __device__ __forceinline__ bool row(int ty, int* tx_lo, int* tx_hi) const {
+    const float y0 = fmaxf((float)(ty * kTile), (float)py_lo) + 0.5f;
+    const float y1 = fminf((float)(ty * kTile + kTile - 1), (float)py_hi) + 0.5f;
+    float xl, xr;
+    if (!ellipse_row_span(A, B, C, r2e, mx, my, y0, y1, &xl, &xr)) return false;
+    int px_lo, px_hi;
+    pixel_range(xl, xr, width, &px_lo, &px_hi);
+    if (px_lo > px_hi) return false;
+    *tx_lo = px_lo / kTile;
+    *tx_hi = px_hi / kTile;
+    return true;
+  }
+};
+
+// The tile walk of the ellipse q(d) = A dx^2 + 2 B dx dy + C dy^2 <= r2 centred at (mx, my)
+// whose box has half height ry, in an image of width x height pixels.
+__device__ __forceinline__ TileWalk tile_walk(float mx, float my, float A, float B, float C,
+                                              float r2, int ry, int width, int height) {
+  TileWalk w;
+  w.mx = mx;
+  w.my = my;
+  w.A = A;
+  w.B = B;
+  w.C = C;
+  // Slightly enlarged radius so that rounding never drops a pixel at the boundary.
+  w.r2e = r2 * 1.0001f + 1e-4f;
+  w.width = width;
+  pixel_range(my - (float)ry, my + (float)ry, height, &w.py_lo, &w.py_hi);
+  return w;
+}
+
 // Visit every tile whose pixel centres can see alpha >= 1/255 of this splat, row by row.
 // f(tile_x, tile_y) is called for each; the count and emit passes share this walk.
 template <typename F>
 __device__ __forceinline__ void for_each_tile(
     float mx, float my, float A, float B, float C, float r2, int ry, int width, int height,
     F&& f) {
-  int py_lo, py_hi;
-  pixel_range(my - (float)ry, my + (float)ry, height, &py_lo, &py_hi);
-  if (py_lo > py_hi) return;
-  // Slightly enlarged radius so that rounding never drops a pixel at the boundary.
-  const float r2e = r2 * 1.0001f + 1e-4f;
-  for (int ty = py_lo / kTile; ty <= py_hi / kTile; ++ty) {
-    const float y0 = fmaxf((float)(ty * kTile), (float)py_lo) + 0.5f;
-    const float y1 = fminf((float)(ty * kTile + kTile - 1), (float)py_hi) + 0.5f;
-    float xl, xr;
-    if (!ellipse_row_span(A, B, C, r2e, mx, my, y0, y1, &xl, &xr)) continue;
-    int px_lo, px_hi;
-    pixel_range(xl, xr, width, &px_lo, &px_hi);
-    if (px_lo > px_hi) continue;
-    for (int tx = px_lo / kTile; tx <= px_hi / kTile; ++tx) f(tx, ty);
+  const TileWalk w = tile_walk(mx, my, A, B, C, r2, ry, width, height);
+  if (w.py_lo > w.py_hi) return;
+  for (int ty = w.ty_lo(); ty <= w.ty_hi(); ++ty) {
+    int tx_lo, tx_hi;
+    if (!w.row(ty, &tx_lo, &tx_hi)) continue;
+    for (int tx = tx_lo; tx <= tx_hi; ++tx) f(tx, ty);
   }
 }
 

@@ -14,16 +14,42 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// The Gaussian of row r of a block whose first (camera, Gaussian) is Gaussian g0: rows wrap
+// to the next camera at n (a 64-bit % per staged entry cost more than the copy itself).
+__device__ __forceinline__ int gaussian_of(int g0, int r, int n) {
+  int g = g0 + r;
+  while (g >= n) g -= n;
+  return g;
+}
+
+// Entries staged per thread and round trip: the loads of a batch are all in flight before
+// the first is used (one at a time, the staging waited out the memory latency 48 times).
+constexpr int kStageBatch = 8;
+
 // The SH coefficients of a block's Gaussians are staged through shared memory: one
 // padded row per thread, filled and drained by coalesced, cooperative copies.
 __device__ __forceinline__ void stage_coeffs_in(
     const Coeffs& cf, float* rows, int row_len, int used, int64_t idx0, int count, int n) {
   const float inv = 1.f / (float)used;
-  for (int e = threadIdx.x; e < count * used; e += blockDim.x) {
-    const int r = __float2int_rz(((float)e + 0.5f) * inv);  // e / used, exact for e < 2^16
-    const int k = e - r * used;
-    const int64_t g = (idx0 + r) % n;
-    rows[r * row_len + k] = cf.at(g, k);
+  const int g0 = (int)(idx0 % n);
+  const int entries = count * used;
+  for (int e0 = threadIdx.x; e0 < entries; e0 += blockDim.x * kStageBatch) {
+    float value[kStageBatch];
+    int at[kStageBatch];
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b) {
+      const int e = e0 + b * blockDim.x;
+      at[b] = -1;
+      if (e < entries) {
+        const int r = __float2int_rz(((float)e + 0.5f) * inv);  // e / used, exact for e < 2^16
+        const int k = e - r * used;
+        at[b] = r * row_len + k;
+        value[b] = cf.at(gaussian_of(g0, r, n), k);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b)
+      if (at[b] >= 0) rows[at[b]] = value[b];
   }
 }
 
@@ -43,10 +69,11 @@ __device__ __forceinline__ void stage_coeffs_out(
     const float* rows, int row_len, int used, int first, int width, int64_t idx0, int count,
     int n, bool atomic, float* __restrict__ out) {
   const float inv = 1.f / (float)width;
+  const int g0 = (int)(idx0 % n);
   for (int e = threadIdx.x; e < count * width; e += blockDim.x) {
     const int r = __float2int_rz(((float)e + 0.5f) * inv);  // e / width, exact for e < 2^16
     const int k = e - r * width;
-    const int64_t g = (idx0 + r) % n;
+    const int64_t g = gaussian_of(g0, r, n);
     const float v = first + k < used ? rows[r * row_len + first + k] : 0.f;
     put(out + g * width + k, v, atomic);
   }

@@ -25,8 +25,26 @@ struct TilePixel {
   int start, end;  // the tile's intersections [start, end) in the sorted list
 };
 
+// The intersections [start, end) of the block's (camera, tile) in the sorted list.
+struct TileRange {
+  int start, end;
+};
+
 // offsets [C, tiles_y, tiles_x] hold the first intersection of each (camera, tile) slot in
-// the m sorted intersections; a slot ends where the next begins, the last one at m.
+// the m sorted intersections; a slot ends where the next begins, the last one at m. The
+// block's tile is (blockIdx.x, blockIdx.y) of camera blockIdx.z.
+__device__ __forceinline__ TileRange tile_range(const int* __restrict__ offsets, int num_cams,
+                                                int tiles_x, int tiles_y, int m) {
+  const int num_tiles = tiles_x * tiles_y;
+  const int slot = blockIdx.z * num_tiles + blockIdx.y * tiles_x + blockIdx.x;
+  const bool last = slot == num_cams * num_tiles - 1;
+  TileRange r;
+  r.start = offsets[slot];
+  r.end = last ? m : offsets[slot + 1];
+  return r;
+}
+
+// The pixel of thread (threadIdx.x, threadIdx.y) and the intersections of its tile.
 __device__ __forceinline__ TilePixel tile_pixel(const int* __restrict__ offsets, int num_cams,
                                                 int width, int height, int tiles_x, int tiles_y,
                                                 int m) {
@@ -39,11 +57,9 @@ __device__ __forceinline__ TilePixel tile_pixel(const int* __restrict__ offsets,
   p.py = (float)p.i + 0.5f;
   p.inside = p.i < height && p.j < width;
   p.pix = ((int64_t)p.cam * height + p.i) * width + p.j;
-  const int num_tiles = tiles_x * tiles_y;
-  const int slot = p.cam * num_tiles + blockIdx.y * tiles_x + blockIdx.x;
-  const bool last = slot == num_cams * num_tiles - 1;
-  p.start = offsets[slot];
-  p.end = last ? m : offsets[slot + 1];
+  const TileRange r = tile_range(offsets, num_cams, tiles_x, tiles_y, m);
+  p.start = r.start;
+  p.end = r.end;
   return p;
 }
 

@@ -18,8 +18,62 @@ namespace {
 constexpr int kGradSlots = 12;
 constexpr int kGradStride = 13;
 
+// Each thread shades kRows vertically adjacent pixels of its tile's column, so a warp
+// covers a 16 x (2 kRows) patch and the warp-wide sum of a splat's gradients, which costs
+// more than a pixel's own arithmetic, is paid once for 32 kRows pixels.
+constexpr int kRows = 2;
+constexpr int kThreads = kBlock / kRows;
+
+// One pixel's walk back through its splats: what it carries from splat to splat.
 template <int CH>
-__global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
+struct PixelBack {
+  float px, py;    // the pixel's centre
+  int last;        // one past its last contributing intersection
+  float T;         // transmittance in front of the current splat
+  float T_final;   // transmittance behind all of them
+  float v_a;       // the loss's gradient of the pixel's alpha, background and depth included
+  float v_out[CH];
+  float behind[CH];  // sum of w f of the splats behind the current one
+};
+
+// Adds the gradients that pixel `q` gives the staged splat (geo, bo, feat), which `hit`
+// found to contribute there, to v (the warp-summed slots of kGradSlots' layout).
+template <int CH>
+__device__ __forceinline__ void add_pixel_grads(PixelBack<CH>& q, const SplatAlpha& hit,
+                                                float4 geo, float2 bo, const float* feat,
+                                                float (&v)[16]) {
+  const float alpha = hit.alpha, dx = hit.dx, dy = hit.dy;
+  const float ra = 1.f / (1.f - alpha);
+  q.T *= ra;
+  const float w = alpha * q.T;
+  float v_alpha = q.T_final * ra * q.v_a;
+#pragma unroll
+  for (int ch = 0; ch < CH; ++ch) {
+    const float f = feat[ch];
+    v[5 + ch] += w * q.v_out[ch];
+    v_alpha += (f * q.T - q.behind[ch] * ra) * q.v_out[ch];
+    q.behind[ch] += w * f;
+  }
+  // Past the clamp alpha is the constant kAlphaMax: no gradient into the splat.
+  if (hit.raw <= kAlphaMax) {
+    v[5 + CH] += hit.vis * v_alpha;
+    const float v_sigma = -alpha * v_alpha;
+    const float vx = -v_sigma * (geo.z * dx + bo.x * dy);
+    const float vy = -v_sigma * (bo.x * dx + geo.w * dy);
+    v[0] += vx;
+    v[1] += vy;
+    v[2] += 0.5f * v_sigma * dx * dx;
+    v[3] += v_sigma * dx * dy;
+    v[4] += 0.5f * v_sigma * dy * dy;
+    v[6 + CH] += fabsf(vx);
+    v[7 + CH] += fabsf(vy);
+  }
+}
+
+// A (kTile, kTile / kRows) block per (camera, tile); thread (x, y) shades the tile's
+// column x in rows kRows y .. kRows y + kRows - 1.
+template <int CH>
+__global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
     int num_cams, int num_opacities, int width, int height, int tiles_x, int tiles_y, int m,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities, bool stored,
@@ -30,95 +84,92 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
     const float* __restrict__ v_out_alpha,
     float* __restrict__ v_means2d, float* __restrict__ v_conics, float* __restrict__ v_feats,
     float* __restrict__ v_opacities, float* __restrict__ v_means2d_abs) {
-  const TilePixel p = tile_pixel(offsets, num_cams, width, height, tiles_x, tiles_y, m);
-  const int tr = p.tr, lane = tr & 31;
-  __shared__ int s_id[kBlock];
-  __shared__ float4 s_geo[kBlock];
-  __shared__ float2 s_bo[kBlock];
-  __shared__ float s_feat[kBlock * CH];
-  __shared__ float s_grad[kBlock * kGradStride];
+  const TileRange range = tile_range(offsets, num_cams, tiles_x, tiles_y, m);
+  const int cam = blockIdx.z;
+  const int tr = threadIdx.y * kTile + threadIdx.x, lane = tr & 31;
+  const int j = blockIdx.x * kTile + threadIdx.x;
+  __shared__ int s_id[kThreads];
+  __shared__ float4 s_geo[kThreads];
+  __shared__ float2 s_bo[kThreads];
+  __shared__ float s_feat[kThreads * CH];
+  __shared__ float s_grad[kThreads * kGradStride];
 
-  const float alpha_out = p.inside ? out_alpha[p.pix] : 0.f;
-  const float T_final = 1.f - alpha_out;
-  float T = T_final;
-  const int last = p.inside ? last_ids[p.pix] : p.start;
-  float v_out[CH], behind[CH];
+  PixelBack<CH> px[kRows];
+  int last_max = range.start;
 #pragma unroll
-  for (int ch = 0; ch < 3; ++ch) v_out[ch] = p.inside ? v_rgb[p.pix * 3 + ch] : 0.f;
-  // Outputs the loss did not use have no gradient buffer (nullptr): zero.
-  float v_a = p.inside && v_out_alpha != nullptr ? v_out_alpha[p.pix] : 0.f;
-  // rgb = blend + (1 - alpha) * background: the background's share enters through alpha.
-  if (background != nullptr) {
+  for (int r = 0; r < kRows; ++r) {
+    PixelBack<CH>& q = px[r];
+    const int i = blockIdx.y * kTile + threadIdx.y * kRows + r;
+    const bool inside = i < height && j < width;
+    const int64_t pix = ((int64_t)cam * height + i) * width + j;
+    q.px = (float)j + 0.5f;
+    q.py = (float)i + 0.5f;
+    const float alpha_out = inside ? out_alpha[pix] : 0.f;
+    q.T_final = 1.f - alpha_out;
+    q.T = q.T_final;
+    // An overhanging pixel contributes nothing: its walk is empty.
+    q.last = inside ? last_ids[pix] : range.start;
+    last_max = max(last_max, q.last);
 #pragma unroll
-    for (int ch = 0; ch < 3; ++ch) v_a -= v_out[ch] * background[p.cam * 3 + ch];
+    for (int ch = 0; ch < 3; ++ch) q.v_out[ch] = inside ? v_rgb[pix * 3 + ch] : 0.f;
+    // Outputs the loss did not use have no gradient buffer (nullptr): zero.
+    q.v_a = inside && v_out_alpha != nullptr ? v_out_alpha[pix] : 0.f;
+    // rgb = blend + (1 - alpha) * background: the background's share enters through alpha.
+    if (background != nullptr) {
+#pragma unroll
+      for (int ch = 0; ch < 3; ++ch) q.v_a -= q.v_out[ch] * background[cam * 3 + ch];
+    }
+    if (CH == 4) {
+      // depth = blended depth / max(alpha, eps): chain rule into the blend and into alpha.
+      const float a = fmaxf(alpha_out, kDepthAlphaMin);
+      const float vd = inside && v_depth != nullptr ? v_depth[pix] : 0.f;
+      q.v_out[CH - 1] = vd / a;
+      if (alpha_out >= kDepthAlphaMin) q.v_a -= vd * (inside ? out_depth[pix] : 0.f) / a;
+    }
+#pragma unroll
+    for (int ch = 0; ch < CH; ++ch) q.behind[ch] = 0.f;
   }
-  if (CH == 4) {
-    // depth = blended depth / max(alpha, eps): chain rule into the blend and into alpha.
-    const float a = fmaxf(alpha_out, kDepthAlphaMin);
-    const float vd = p.inside && v_depth != nullptr ? v_depth[p.pix] : 0.f;
-    v_out[CH - 1] = vd / a;
-    if (alpha_out >= kDepthAlphaMin) v_a -= vd * (p.inside ? out_depth[p.pix] : 0.f) / a;
-  }
-#pragma unroll
-  for (int ch = 0; ch < CH; ++ch) behind[ch] = 0.f;  // sum of w f of the splats behind
 
   // The largest last index of the block and of this warp: nothing beyond contributed.
   __shared__ int s_last;
-  if (tr == 0) s_last = p.start;
+  if (tr == 0) s_last = range.start;
   __syncthreads();
-  atomicMax(&s_last, last);
-  const int warp_last = warp_all_reduce(last, MaxOp{});
+  atomicMax(&s_last, last_max);
+  const int warp_last = warp_all_reduce(last_max, MaxOp{});
   __syncthreads();
   const int block_end = s_last;
 
   const int slot = lane >> 1;
-  for (int top = block_end; top > p.start; top -= kBlock) {
+  for (int top = block_end; top > range.start; top -= kThreads) {
     __syncthreads();
     const int k = top - 1 - tr;
-    if (k >= p.start)
+    if (k >= range.start)
       s_id[tr] = stage_splat<CH>(k, tr, num_opacities, stored, flat_ids, means2d, conics, feats,
                                  opacities, s_geo, s_bo, s_feat);
 #pragma unroll
     for (int s2 = 0; s2 < kGradStride; ++s2) s_grad[tr * kGradStride + s2] = 0.f;
     __syncthreads();
-    const int count = min(kBlock, top - p.start);
+    const int count = min(kThreads, top - range.start);
     // Splats at or beyond this warp's last index cannot touch its pixels.
     for (int t = max(0, top - warp_last); t < count; ++t) {
       const int kk = top - 1 - t;
       const float4 geo = s_geo[t];
       const float2 bo = s_bo[t];
-      SplatAlpha hit;
-      const bool valid = kk < last && splat_alpha(geo, bo, p.px, p.py, hit);
-      if (!__any_sync(kFullMask, valid)) continue;
+      SplatAlpha hit[kRows];
+      bool valid[kRows];
+      bool any = false;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        valid[r] = kk < px[r].last && splat_alpha(geo, bo, px[r].px, px[r].py, hit[r]);
+        any = any || valid[r];
+      }
+      if (!__any_sync(kFullMask, any)) continue;
       float v[16];
 #pragma unroll
       for (int s2 = 0; s2 < 16; ++s2) v[s2] = 0.f;
-      if (valid) {
-        const float alpha = hit.alpha, dx = hit.dx, dy = hit.dy;
-        const float ra = 1.f / (1.f - alpha);
-        T *= ra;
-        const float w = alpha * T;
-        float v_alpha = T_final * ra * v_a;
 #pragma unroll
-        for (int ch = 0; ch < CH; ++ch) {
-          const float f = s_feat[t * CH + ch];
-          v[5 + ch] = w * v_out[ch];
-          v_alpha += (f * T - behind[ch] * ra) * v_out[ch];
-          behind[ch] += w * f;
-        }
-        // Past the clamp alpha is the constant kAlphaMax: no gradient into the splat.
-        if (hit.raw <= kAlphaMax) {
-          v[5 + CH] = hit.vis * v_alpha;
-          const float v_sigma = -alpha * v_alpha;
-          v[0] = -v_sigma * (geo.z * dx + bo.x * dy);
-          v[1] = -v_sigma * (bo.x * dx + geo.w * dy);
-          v[2] = 0.5f * v_sigma * dx * dx;
-          v[3] = v_sigma * dx * dy;
-          v[4] = 0.5f * v_sigma * dy * dy;
-          v[6 + CH] = fabsf(v[0]);
-          v[7 + CH] = fabsf(v[1]);
-        }
-      }
+      for (int r = 0; r < kRows; ++r)
+        if (valid[r]) add_pixel_grads<CH>(px[r], hit[r], geo, bo, s_feat + t * CH, v);
       // Warp sum, then one shared-memory atomic per value: the block's warps meet there
       // and the batch is flushed to global memory once, below.
       const float total = warp_sum16(v, lane);
@@ -126,7 +177,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_backward_kernel(
         atomicAdd(&s_grad[t * kGradStride + slot], total);
     }
     __syncthreads();
-    if (k >= p.start) {
+    if (k >= range.start) {
       const int g = s_id[tr];
       const float* row = s_grad + tr * kGradStride;
       float* dst[kGradSlots];
@@ -163,7 +214,7 @@ void launch(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
             const float* v_alpha, float* v_means2d, float* v_conics, float* v_feats,
             float* v_opacities, float* v_abs, cudaStream_t stream) {
   const int tiles_x = div_up(width, kTile), tiles_y = div_up(height, kTile);
-  const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
+  const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile / kRows);
   rasterize_backward_kernel<CH><<<grid, block, 0, stream>>>(
       c, n, width, height, tiles_x, tiles_y, m, reinterpret_cast<const float2*>(means2d),
       reinterpret_cast<const float3*>(conics), feats, opacities, stored, offsets, flat_ids,

@@ -180,17 +180,22 @@ class GaussianAdam(Adam):
 
     def _fused_step(self, gate: Tensor | None = None) -> None:
         params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts = [], [], [], [], [], []
-        counted: list[dict[str, Any]] = []  # step counts advance once the launches went out
+        # Step counts advance, and a first update's new state joins the optimizer, once the
+        # launches went out: a refused launch leaves the optimizer as it was.
+        counted: list[dict[str, Any]] = []
+        fresh: dict[Tensor, dict[str, Any]] = {}
         beta1, beta2 = self.param_groups[0]["betas"]
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                state = self.state[p]
+                state = self.state.get(p)
                 if not state:
-                    state["step"] = torch.tensor(0.0)
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state = fresh[p] = {
+                        "step": torch.tensor(0.0),
+                        "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                        "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    }
                 counted.append(state)
                 t = float(state["step"]) + 1.0
                 params.append(p)
@@ -207,6 +212,7 @@ class GaussianAdam(Adam):
                 bias2_sqrts=bias2_sqrts[chunk], beta1=beta1, beta2=beta2,
                 eps=self.param_groups[0]["eps"], gate=gate,
             )  # fmt: skip
+        self.state.update(fresh)
         for state in counted:
             state["step"] += 1
 

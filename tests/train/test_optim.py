@@ -130,20 +130,30 @@ def test_a_gated_update_needs_the_fused_kernel() -> None:
     assert not opt.state.get(p)
 
 
-def test_a_launch_that_fails_counts_no_step(monkeypatch) -> None:
-    # The one-launch path advances Adam's step counts only once its launches went out.
+def _refuse_launches(monkeypatch) -> None:
+    """The one-launch path taken, and its kernel refusing every launch."""
     from gsnb import kernels
-
-    p = torch.nn.Parameter(torch.ones(3))
-    opt = GaussianAdam([{"params": [p], "lr": 0.1, "name": "x"}])
-    p.grad = torch.ones(3)
-    opt.update()  # torch's Adam on the CPU: one step counted
-    monkeypatch.setattr(GaussianAdam, "_fused", lambda self: True)
 
     def refused(**_):
         raise RuntimeError("adam_step: refused")
 
+    monkeypatch.setattr(GaussianAdam, "_fused", lambda self: True)
     monkeypatch.setattr(kernels, "adam_step", refused)
+
+
+@pytest.mark.parametrize("updated_before", [True, False])
+def test_a_launch_that_fails_changes_no_state(monkeypatch, updated_before) -> None:
+    # The one-launch path advances Adam's step counts, and makes a parameter's state on its
+    # first update, only once its launches went out.
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = GaussianAdam([{"params": [p], "lr": 0.1, "name": "x"}])
+    p.grad = torch.ones(3)
+    if updated_before:
+        opt.update()  # torch's Adam on the CPU: one step counted
+    _refuse_launches(monkeypatch)
     with pytest.raises(RuntimeError, match="refused"):
         opt.update()
-    assert float(opt.state[p]["step"]) == 1.0
+    if updated_before:
+        assert float(opt.state[p]["step"]) == 1.0
+    else:
+        assert not opt.state.get(p)

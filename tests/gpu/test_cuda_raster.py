@@ -252,6 +252,19 @@ def test_one_huge_gaussian_covers_image(cuda_ext):
     assert float(out_c.alpha.min()) > 0.79
 
 
+def test_large_splats_among_small_ones(cuda_ext):
+    # Splats of more than 32 tiles are emitted by their whole warp, a tile row per lane; a
+    # 720 px tall image has 45 tile rows, so the tallest splats take their rows in two turns.
+    g, viewmats, Ks = scene(400, 160, 720, 2, sh_degree=1, seed=11)
+    large = torch.arange(0, 400, 20, device="cuda")
+    g["scales"][large] = torch.linspace(0.8, 2.5, 20, device="cuda")[:, None] * torch.tensor(
+        [1.0, 0.6, 0.8], device="cuda"
+    )
+    errors, out_c, _ = compare(g, viewmats, Ks, 160, 720)
+    check(errors)
+    assert int((out_c.meta.radii[..., 1] > 256).sum()) > 0  # boxes over 32 tile rows tall
+
+
 def test_tiny_and_degenerate_scales(cuda_ext):
     g, viewmats, Ks = scene(2000, 120, 80, 1, seed=5)
     g["scales"][:500] = 1e-8

@@ -91,8 +91,10 @@ __global__ void emit_kernel(
       }
     }
   }
-  // The warp's large splats, one after another: lane l walks tile rows l, l + 32, ...
-  // and writes them where a scan of the rows' lengths puts them, in the walk's order.
+  // The warp's large splats, one after another: lane l walks tile rows ty_lo + l,
+  // ty_lo + l + 32, ... and writes them where a scan of the rows' lengths puts them, the
+  // positions the per-thread walk would have used. (A splat of one row wider than 32 tiles
+  // comes here too and is written by one lane: correct, if no faster.)
   for (unsigned queue = __ballot_sync(kFullMask, by_warp); queue != 0; queue &= queue - 1) {
     const int src = __ffs(queue) - 1;
     const TileWalk sw = shfl_walk(w, src);

@@ -127,7 +127,8 @@ __device__ __forceinline__ TileWalk tile_walk(float mx, float my, float A, float
 }
 
 // Visit every tile whose pixel centres can see alpha >= 1/255 of this splat, row by row.
-// f(tile_x, tile_y) is called for each; the count and emit passes share this walk.
+// f(tile_x, tile_y) is called for each. The projection counts tiles with it; the emission
+// walks the same TileWalk rows (binning.cu), so the two agree tile for tile.
 template <typename F>
 __device__ __forceinline__ void for_each_tile(
     float mx, float my, float A, float B, float C, float r2, int ry, int width, int height,

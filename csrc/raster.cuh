@@ -1,6 +1,7 @@
 // What the forward and backward rasterize kernels share, so that the two cannot drift
-// apart: which pixel a thread shades and which intersections its tile holds, how a batch
-// of splats is staged through shared memory, and a splat's alpha at a pixel centre.
+// apart: which intersections a block's tile holds, how a batch of splats is staged through
+// shared memory, and a splat's alpha at a pixel centre (the forward's pixel of a thread:
+// tile_pixel; the backward maps two rows per thread itself).
 #pragma once
 
 #include <cstdint>

@@ -181,7 +181,8 @@ class GaussianAdam(Adam):
     def _fused_step(self, gate: Tensor | None = None) -> None:
         params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts = [], [], [], [], [], []
         # Step counts advance, and a first update's new state joins the optimizer, once the
-        # launches went out: a refused launch leaves the optimizer as it was.
+        # launches went out: a refused launch leaves the optimizer as it was (where the
+        # parameters fit one launch, _KERNEL_TENSORS of them, as the trainer's six do).
         counted: list[dict[str, Any]] = []
         fresh: dict[Tensor, dict[str, Any]] = {}
         beta1, beta2 = self.param_groups[0]["betas"]

@@ -120,7 +120,8 @@ def main() -> int:
     label(trainer_module, "photometric_terms", "loss")
     label(torch.Tensor, "backward", "backward")
     label(trainer_module, "health_sums", "health")
-    label(trainer.optimizer, "update", "adam")
+    # The step launches Adam through launch() (update() calls it too where it is not fused).
+    label(trainer.optimizer, "launch", "adam")
     label(trainer.strategy, "step_post_backward", "strategy")
     n = args.profile_steps
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

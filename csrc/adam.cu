@@ -11,19 +11,18 @@
 
 #include <cstdint>
 
+#include "gate.cuh"
 #include "launch.h"
 
 namespace gsnb {
 namespace {
 
 constexpr int kThreads = 512;
-constexpr double kFloat32Max = 3.4028234663852886e38;
 
 // one_minus_beta1/2 come from the host in double: 1.f - 0.999f is off by 1.3e-5 relative.
 __global__ void adam_kernel(AdamTensors list, float beta1, float one_minus_beta1, float beta2,
                             float one_minus_beta2, float eps, const double* gate) {
-  if (gate != nullptr && !(gate[0] <= kFloat32Max && gate[1] == 0.0 && isfinite(gate[2])))
-    return;
+  if (!gate_open(gate)) return;
   const AdamTensor& a = list.t[blockIdx.y];
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.numel;

@@ -60,7 +60,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("eps"), py::arg("gate"), nogil);
   m.def("accumulate_grad2d", &gsnb::accumulate_grad2d, "densification's running sums",
         py::arg("grads"), py::arg("radii"), py::arg("sx"), py::arg("sy"), py::arg("grad2d"),
-        py::arg("count"), nogil);
+        py::arg("count"), py::arg("gate"), nogil);
   m.def("train_forward_backward", &gsnb::train_forward_backward,
         "a training step's render, photometric loss and gradients in one call",
         py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("opacities"),

@@ -210,9 +210,10 @@ void launch_adam(const AdamTensors& list, int64_t count, int64_t most, double be
 
 // ---- densify.cu ---------------------------------------------------------------------------
 
-// grads [C, N, 2], radii [C, N, 2], grad2d and count [N].
+// grads [C, N, 2], radii [C, N, 2], grad2d and count [N]; gate [3] (or nullptr): nothing
+// added unless it opens (gate.cuh).
 void launch_accumulate_grad2d(int64_t num_cams, int64_t n, const float* grads, const int* radii,
                               double sx, double sy, float* grad2d, float* count,
-                              cudaStream_t stream);
+                              const double* gate, cudaStream_t stream);
 
 }  // namespace gsnb

@@ -232,6 +232,15 @@ at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
 
 namespace {
 
+// The step gate's values (float64 [3] on `device`, see gate.cuh), or nullptr without one.
+const double* gate_pointer(const std::optional<at::Tensor>& gate, const at::Device& device,
+                           const char* who) {
+  if (!gate.has_value() || !gate->defined()) return nullptr;
+  check_input(*gate, device, who, "gate", at::kDouble);
+  TORCH_CHECK(gate->numel() == 3, who, ": the gate must hold 3 values, got ", gate->numel());
+  return gate->data_ptr<double>();
+}
+
 // t is a contiguous float32 tensor on `device` with `numel` values.
 void check_entry(const at::Tensor& t, const at::Device& device, int64_t numel, const char* what,
                  int64_t i) {
@@ -269,13 +278,7 @@ void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tens
                            static_cast<float>(bias2_sqrts[i])};
     most = std::max(most, params[i].numel());
   }
-  const double* gate_ptr = nullptr;
-  if (gate.has_value() && gate->defined()) {
-    check_input(*gate, device, "adam_step", "gate", at::kDouble);
-    TORCH_CHECK(gate->numel() == 3, "adam_step: the gate must hold 3 values, got ",
-                gate->numel());
-    gate_ptr = gate->data_ptr<double>();
-  }
+  const double* gate_ptr = gate_pointer(gate, device, "adam_step");
   if (most == 0) return;
   launch_adam(list, static_cast<int64_t>(count), most, beta1, beta2, eps, gate_ptr,
               c10::cuda::getCurrentCUDAStream());
@@ -285,7 +288,8 @@ void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tens
 // ---- densification sums (densify.cu) -------------------------------------------------------
 
 void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double sx, double sy,
-                       at::Tensor& grad2d, at::Tensor& count) {
+                       at::Tensor& grad2d, at::Tensor& count,
+                       const std::optional<at::Tensor>& gate) {
   const char* who = "accumulate_grad2d";
   check_input(grads, grads.device(), who, "grads");
   TORCH_CHECK(grads.dim() == 3 && grads.size(2) == 2,
@@ -299,11 +303,12 @@ void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double 
     TORCH_CHECK(t->numel() == n, "accumulate_grad2d: the running sums must be [N] with N = ", n,
                 ", got ", t->sizes());
   }
+  const double* gate_ptr = gate_pointer(gate, grads.device(), who);
   if (n == 0 || num_cams == 0) return;
   const at::cuda::CUDAGuard guard(grads.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   launch_accumulate_grad2d(num_cams, n, grads.data_ptr<float>(), radii.data_ptr<int>(), sx, sy,
-                           grad2d.data_ptr<float>(), count.data_ptr<float>(), stream);
+                           grad2d.data_ptr<float>(), count.data_ptr<float>(), gate_ptr, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -341,9 +341,11 @@ def accumulate_grad2d(
     sy: float,  # height / 2 * C
     grad2d: Tensor,  # [N] running sum of norms, updated in place
     count: Tensor,  # [N] running count of views, updated in place
+    gate: Tensor | None = None,  # [3] float64, as adam_step's
 ) -> None:
-    """Add each visible Gaussian's normalised gradient norm to ``grad2d`` and 1 to ``count``."""
-    require().accumulate_grad2d(grads, radii, sx, sy, grad2d, count)
+    """Add each visible Gaussian's normalised gradient norm to ``grad2d`` and 1 to ``count``;
+    with ``gate``, nothing unless it opens as :func:`adam_step`'s does (on the device)."""
+    require().accumulate_grad2d(grads, radii, sx, sy, grad2d, count, gate)
 
 
 def train_forward_backward(

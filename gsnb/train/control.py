@@ -105,7 +105,9 @@ class TrainingControl:
     def run(self, steps: int | None = None, progress: bool = False) -> StepMetrics | None:
         """Train in this thread for ``steps`` more steps (default: until ``config.steps``).
 
-        Returns the last step's metrics. Ctrl-C stops at the next step boundary,
+        Returns the last step's metrics. Steps are read back one behind where they allow
+        (see :class:`~gsnb.train.trainer.Trainer`); every step is read once this returns.
+        Ctrl-C stops at the next step boundary,
         writes ``out_dir/checkpoint.pt`` when ``config.out_dir`` is set, then
         raises ``KeyboardInterrupt``; :meth:`stop` from another thread ends it too.
         """
@@ -122,21 +124,17 @@ class TrainingControl:
                 while (
                     self._step < end() and not self._stop.is_set() and not self._interrupted(guard)
                 ):
-                    last = self._step_locked(gated=False)
-                    assert last is not None
-                    self._after_step(last)
-                    if bar is not None:
-                        bar.update(1)
-                        bar.set_postfix(  # shown at the bar's own refresh rate
-                            loss=f"{last.loss:.4f}",
-                            psnr=f"{last.psnr:.2f}",
-                            gaussians=last.num_gaussians,
-                            refresh=False,
-                        )
+                    self._step_locked(gated=False, read_behind_until=end())
+                    last = self._deliver_to(bar) or last
+                self._flush()
+                last = self._deliver_to(bar) or last
         except KeyboardInterrupt:
+            self._flush(quietly=True)
+            self._deliver_to(bar)
             self._finish("stopped")
             raise
         except BaseException:
+            self._flush(quietly=True)  # the step in flight was whole: into the history
             self._status = "failed"
             raise
         finally:
@@ -146,6 +144,31 @@ class TrainingControl:
             self._finish("stopped")
             raise KeyboardInterrupt(f"training interrupted after step {self._step}")
         self._finish(self._end_status())
+        return last
+
+    def _flush(self, quietly: bool = False) -> None:
+        """Read back and count the step in flight, if any (``quietly``: an error reading it
+        is dropped, for paths that already fail)."""
+        try:
+            with self._lock:
+                self._settle()
+        except Exception:
+            if not quietly:
+                raise
+
+    def _deliver_to(self, bar: Any) -> StepMetrics | None:
+        """:meth:`_deliver` the counted steps, each shown on the progress ``bar`` (or None)."""
+        last = None
+        while self._ready:
+            last = self._deliver_one()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(  # shown at the bar's own refresh rate
+                    loss=f"{last.loss:.4f}",
+                    psnr=f"{last.psnr:.2f}",
+                    gaussians=last.num_gaussians,
+                    refresh=False,
+                )
         return last
 
     def _interrupted(self, guard: InterruptGuard) -> bool:
@@ -170,14 +193,18 @@ class TrainingControl:
         try:
             while not self._stop.is_set() and self._step < end():
                 if self._pause.is_set():
+                    self._flush()
+                    self._deliver_to(None)
                     self._status = "paused"
                     time.sleep(0.02)
                     continue
-                metrics = self._step_locked(gated=True)
-                if metrics is not None:
-                    self._after_step(metrics)
+                if self._step_locked(gated=True, read_behind_until=end()):
+                    self._deliver_to(None)
                 self._let_waiting_in()
+            self._flush()
+            self._deliver_to(None)
         except BaseException as err:
+            self._flush(quietly=True)
             self.error = err
             self._status = "failed"
             warnings.warn(
@@ -187,9 +214,11 @@ class TrainingControl:
         self._finish(self._end_status())
 
     def pause(self) -> None:
-        """Pause the background loop; returns once the current step has finished."""
+        """Pause the background loop; returns once the current step has finished (and has
+        been read back: its metrics are in ``history``)."""
         self._pause.set()
         with self._lock:
+            self._settle()
             if self.running:
                 self._status = "paused"
 

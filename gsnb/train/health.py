@@ -72,6 +72,23 @@ def health_sums(splats: Mapping[str, Tensor], grads: Sequence[Tensor] = ()) -> T
     return torch.stack([*counts, *scales, *ratios, *opacity, *gradient])
 
 
+def gate_open(gate: Tensor) -> Tensor:
+    """Whether a step keeps its updates, on the device (bool ``[]``): ``gate`` is float64
+    ``[3]``, the gradients' sum of squares, their count of non-finite values and the loss
+    (``sums[7:9]`` of :func:`health_sums` and the loss), read as ``grads_finite`` of
+    :func:`signals_from_sums` and a finite loss; the rule of the kernels' gate
+    (``csrc/gate.cuh``).
+
+    Example:
+        >>> import torch
+        >>> gate_open(torch.tensor([4.0, 0.0, 0.5], dtype=torch.float64)).item()
+        True
+        >>> gate_open(torch.tensor([4.0, 0.0, float("nan")], dtype=torch.float64)).item()
+        False
+    """
+    return (gate[0] <= FLOAT32_MAX) & (gate[1] == 0) & torch.isfinite(gate[2])
+
+
 def _non_finite(tensors: list[Tensor], zero: Tensor) -> Tensor:
     """The number of NaN/Inf values in ``tensors``, as a float64 scalar like ``zero``."""
     return sum(((~torch.isfinite(t)).sum().double() for t in tensors), zero)

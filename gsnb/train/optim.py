@@ -106,12 +106,20 @@ class GaussianAdam(Adam):
 
     def __init__(self, groups: list[dict[str, Any]], eps: float = ADAM_EPS) -> None:
         super().__init__(groups, eps=eps)
+        self._counted: list[tuple[Tensor, dict[str, Any]]] = []  # the last update's (uncount)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """One Adam update of every parameter that has a gradient."""
         if closure is not None or not self._fused():
-            return super().step(closure)
+            loss = super().step(closure)
+            self._counted = [
+                (p, self.state[p])
+                for group in self.param_groups
+                for p in group["params"]
+                if p.grad is not None and p in self.state
+            ]
+            return loss
         self._fused_step()
         return None
 
@@ -150,9 +158,9 @@ class GaussianAdam(Adam):
         return True
 
     def uncount(self) -> None:
-        """Take back the step count of the last :meth:`update`, for a gated update the
-        kernel skipped (the parameters that had a gradient then must still have it); state
-        that update made for a parameter goes too, as if it had never run.
+        """Take back the step counts of the last update, for a gated update the kernel
+        skipped (:meth:`launch`); state that update made for a parameter goes too, as if
+        it had never run. Called before the next update, whatever the gradients are by then.
 
         Example:
             >>> import torch
@@ -164,13 +172,11 @@ class GaussianAdam(Adam):
             >>> float(opt.state[p]["step"])
             1.0
         """
-        for group in self.param_groups:
-            for p in group["params"]:
-                state = self.state.get(p)
-                if p.grad is not None and state:
-                    state["step"] -= 1
-                    if float(state["step"]) <= 0.0:
-                        del self.state[p]
+        counted, self._counted = self._counted, []
+        for p, state in counted:
+            state["step"] -= 1
+            if float(state["step"]) <= 0.0 and self.state.get(p) is state:
+                del self.state[p]
 
     def clear_grads(self) -> None:
         """``zero_grad(set_to_none=True)`` without torch's per-call wrapping (as :meth:`update`)."""
@@ -183,7 +189,7 @@ class GaussianAdam(Adam):
         # Step counts advance, and a first update's new state joins the optimizer, once the
         # launches went out: a refused launch leaves the optimizer as it was (where the
         # parameters fit one launch, _KERNEL_TENSORS of them, as the trainer's six do).
-        counted: list[dict[str, Any]] = []
+        counted: list[tuple[Tensor, dict[str, Any]]] = []
         fresh: dict[Tensor, dict[str, Any]] = {}
         beta1, beta2 = self.param_groups[0]["betas"]
         for group in self.param_groups:
@@ -197,7 +203,7 @@ class GaussianAdam(Adam):
                         "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                         "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
                     }
-                counted.append(state)
+                counted.append((p, state))
                 t = float(state["step"]) + 1.0
                 params.append(p)
                 grads.append(p.grad if p.grad.is_contiguous() else p.grad.contiguous())
@@ -214,8 +220,9 @@ class GaussianAdam(Adam):
                 eps=self.param_groups[0]["eps"], gate=gate,
             )  # fmt: skip
         self.state.update(fresh)
-        for state in counted:
+        for _, state in counted:
             state["step"] += 1
+        self._counted = counted
 
     def _fused(self) -> bool:
         """Whether the one-launch kernel applies to every group."""

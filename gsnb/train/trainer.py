@@ -73,6 +73,21 @@ class _HalfStep:
     info: dict[str, Any]
 
 
+@dataclasses.dataclass
+class _InFlight:
+    """A step whose work is all launched and whose numbers are not read back yet.
+
+    ``values`` is the pinned host copy of the step's sums (health, gradient, loss), known
+    once ``ready`` has passed: the next step's wait for the GPU (binning's count) passes it.
+    """
+
+    half: _HalfStep
+    events: dict[str, int]
+    values: Tensor
+    ready: torch.cuda.Event
+    launched: float  # time.perf_counter() once its work was launched
+
+
 class Trainer(TrainingControl):
     """Train a :class:`~gsnb.model.GaussianModel` on a :class:`~gsnb.data.dataset.SceneDataset`.
 
@@ -89,6 +104,17 @@ class Trainer(TrainingControl):
     :meth:`evaluate`, :meth:`save_checkpoint` and :meth:`resume_from`. All of
     them may be called from any thread; the model is consistent at every step
     boundary.
+
+    In :meth:`run` and :meth:`start` a step is read back during the next one where it
+    only accumulates densification statistics: its update and the strategy's sums are
+    launched gated on the device (a non-finite step changes nothing, as when it is read
+    at once), and the next step is launched before the host waits for the numbers, so
+    that the GPU never idles while Python counts a step. Such a step's metrics reach
+    ``history`` and the :meth:`on_step` callbacks once the next step is launched
+    (``step_count`` may then be one ahead of ``metrics.step``); a step that densifies,
+    the last step of a run and a step after which an evaluation or checkpoint is due are
+    read at once, and :meth:`pause`, :meth:`stop` and checkpoints read back the step in
+    flight first. :meth:`step` always reads its step at once.
 
     What a run holds: ``model``, ``optimizer``, ``strategy`` and its
     ``strategy_state``, ``train_images`` (the training views' images and cameras
@@ -204,6 +230,11 @@ class Trainer(TrainingControl):
         self._init_control()
         self._committing = False
         self._unfinished: _HalfStep | None = None
+        # Read one step behind (run and start): the step launched, not yet read back, and
+        # the step count before which the loop reads every step at once (None: always).
+        self._in_flight: _InFlight | None = None
+        self._read_behind_until: int | None = None
+        self._ready: list[StepMetrics] = []  # counted, not yet given to _after_step
         self._save_lock = threading.Lock()
         # The output folder this run holds (locked), when a command claimed one.
         self.run_folder: RunFolder | None = None
@@ -243,25 +274,34 @@ class Trainer(TrainingControl):
         if self._guard is None and threading.current_thread() is threading.main_thread():
             guard = InterruptGuard(graceful=False)
             with guard.installed(), self._guarded(guard):
-                metrics = self._step_locked(gated=False)
+                self._step_locked(gated=False)
         else:
-            metrics = self._step_locked(gated=False)
-        assert metrics is not None
-        self._after_step(metrics)
+            self._step_locked(gated=False)
+        metrics = self._deliver()
+        assert metrics is not None and metrics.step == self._step
         return metrics
 
-    def _step_locked(self, gated: bool) -> StepMetrics | None:
+    def _step_locked(self, gated: bool, read_behind_until: int | None = None) -> bool:
+        """One step under the lock; False when ``gated`` and paused or stopped. Its metrics
+        (and an earlier step's, read behind) wait in ``_ready`` for :meth:`_deliver`.
+
+        ``read_behind_until``: where the step allows, launch it whole and read its numbers
+        back during the next one (:meth:`_settle`), unless it is the step before this count.
+        """
         with self._lock:
             if gated:
                 if self._pause.is_set() or self._stop.is_set():
-                    return None
+                    return False
                 # under the lock: a pause() that waits for this step sets "paused" after it
                 self._status = "running"
             self._apply_pending()
             if self._unfinished is not None:  # a step whose densification failed: finish it
-                return self._densify_and_count(self._unfinished)
+                self._densify_and_count(self._unfinished)
+                return True
+            self._read_behind_until = read_behind_until
             try:
-                return self._train_step()
+                self._train_step()
+                return True
             except torch.cuda.OutOfMemoryError as err:
                 self.optimizer.zero_grad(set_to_none=True)
                 torch.cuda.empty_cache()
@@ -270,15 +310,58 @@ class Trainer(TrainingControl):
                     "Gaussians; the model is unchanged. Train at a larger --downscale, or cap the "
                     "Gaussians (MCMC cap_max, or a higher grow_grad2d)"
                 ) from err
+            finally:
+                self._read_behind_until = None
 
-    def _train_step(self) -> StepMetrics:
+    def _settle(self) -> None:
+        """Read back the step in flight (waits for the GPU only if it is not done) and
+        count it: its metrics join ``_ready``. Called under the lock before anything that
+        needs every step read: the next step's update, a checkpoint, the end of a loop."""
+        flight = self._in_flight
+        if flight is None:
+            return
+        self._in_flight = None
+        flight.ready.synchronize()  # passed already where the next step waited for binning
+        half = flight.half
+        self._judge(half, flight.values.tolist(), early=True)
+        # Its share of the run's time: until the next step began, or until now.
+        end = time.perf_counter() if self._read_behind_until is None else flight.launched
+        self._count(half, flight.events, end - half.start)
+
+    def _deliver(self) -> StepMetrics | None:
+        """Hand the counted steps to :meth:`_after_step` in order; returns the last one."""
+        last = None
+        while self._ready:
+            last = self._deliver_one()
+        return last
+
+    def _deliver_one(self) -> StepMetrics:
+        metrics = self._ready.pop(0)
+        self._after_step(metrics)
+        return metrics
+
+    def _reads_behind(self, step: int, early: bool, fused: bool) -> bool:
+        """Whether ``step`` may be read back during the next one: in a loop, not its last
+        step, a one-view fused step whose update went out gated (or ungated), a strategy
+        that gates itself at this step, no exposure or pose correction, and no evaluation
+        or checkpoint due after it (those read the state as of a counted step)."""
+        end, cfg = self._read_behind_until, self.config
+        if end is None or step + 1 >= end or not (early and fused) or self.process_group:
+            return False
+        if cfg.exposure or cfg.pose_refine or not self.strategy.gates_at(step):
+            return False
+        if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and self.dataset.test_ids:
+            return False
+        return not self._checkpoint_due(step + 1)
+
+    def _train_step(self) -> None:
         # An exception before the commit (Ctrl-C, a renderer error, out of memory)
         # must leave no trace, not even in the random streams, so that the run
         # stays equal to one that never saw it.
         saved_order, saved_gen = self._order.state(), self._gen.get_state()
         step = self._step
         try:
-            return self._train_step_unsafe()
+            self._train_step_unsafe()
         except BaseException:
             if self._step == step and not self._committing:
                 self._order.load_state(saved_order)
@@ -288,7 +371,7 @@ class Trainer(TrainingControl):
         finally:
             self._committing = False
 
-    def _train_step_unsafe(self) -> StepMetrics:
+    def _train_step_unsafe(self) -> None:
         start = time.perf_counter()
         cfg, step = self.config, self._step
         rates = batch.scaled_rates(
@@ -375,32 +458,47 @@ class Trainer(TrainingControl):
         # The one-launch Adam goes before the read, so that its host work overlaps the GPU's
         # backward pass; the kernel itself skips a non-finite step (the gate).
         guard = self._guard
-        self._committing = True
         with guard.commit() if guard is not None else contextlib.nullcontext():
-            early = self.optimizer.launch(values[7:10] if cfg.skip_nonfinite else None)
-            read = values.tolist()  # the step's one host sync
-            host = dict(zip(("loss", "l1", "ssim", "mse"), read[9:], strict=True))
-            host["psnr"] = psnr_from_mse(host["mse"])
-            host |= signals_from_sums(read[:9], self.num_gaussians, self.extent)
-            ok = math.isfinite(host["loss"]) and host["grads_finite"] > 0.5
-            skipped = not ok and cfg.skip_nonfinite
-            half = _HalfStep(step, start, rates, degree, idx, host, skipped, info)
-            if not skipped:
+            self._settle()  # the step before, read behind: known since binning waited
+            self._committing = True
+            gate = values[7:10] if cfg.skip_nonfinite else None
+            early = self.optimizer.launch(gate)
+            half = _HalfStep(step, start, rates, degree, idx, {}, False, info)
+            if self._reads_behind(step, early, fused is not None):
+                info["gate"] = gate  # the strategy adds nothing on a step the gate closes
+                return self._densify_and_count(half, values)
+            self._judge(half, values.tolist(), early)  # the step's one host sync
+            if not half.skipped:
                 if not early:
                     self.optimizer.update()
                 self.corrections.step(step)
-            else:
-                if early:  # the kernel skipped it: Adam's step counts go back
-                    self.optimizer.uncount()
-                self.skipped_steps += 1
             return self._densify_and_count(half)
 
-    def _densify_and_count(self, half: _HalfStep) -> StepMetrics:
+    def _judge(self, half: _HalfStep, read: list[float], early: bool) -> None:
+        """Finish ``half``'s numbers from its sums read back (``read``: the health sums,
+        then loss, L1, SSIM, MSE) and decide whether it is skipped (a non-finite loss or
+        gradient, with ``skip_nonfinite``); a skipped step's gated update (``early``) gives
+        its Adam step counts back."""
+        host = dict(zip(("loss", "l1", "ssim", "mse"), read[9:], strict=True))
+        host["psnr"] = psnr_from_mse(host["mse"])
+        host |= signals_from_sums(read[:9], self.num_gaussians, self.extent)
+        half.host = host
+        ok = math.isfinite(host["loss"]) and host["grads_finite"] > 0.5
+        half.skipped = not ok and self.config.skip_nonfinite
+        if half.skipped:
+            if early:  # the kernel skipped it: Adam's step counts go back
+                self.optimizer.uncount()
+            self.skipped_steps += 1
+
+    def _densify_and_count(self, half: _HalfStep, values: Tensor | None = None) -> None:
         """The rest of a step after Adam's update: the strategy, then the step is counted.
 
         A failure inside the strategy puts the Gaussians, Adam's and the strategy's
         state back as they were after the update and keeps ``half``, so that the next
         step finishes this one and the run stays equal to an uninterrupted one.
+
+        ``values`` (the step's sums on the device, not read yet): the strategy gates itself
+        (``half.info["gate"]``), and the step is read back and counted by :meth:`_settle`.
         """
         events: dict[str, int] = {}
         guard = self._guard
@@ -430,6 +528,9 @@ class Trainer(TrainingControl):
                             self.model.splats, self.optimizer, self.strategy_state, self._gen
                         )
                     self.optimizer.zero_grad(set_to_none=True)
+                    if values is not None:  # read now: the retry needs the step's numbers
+                        half.info.pop("gate", None)
+                        self._judge(half, values.tolist(), early=True)
                     self._unfinished = half
                     if isinstance(err, torch.cuda.OutOfMemoryError):
                         torch.cuda.empty_cache()
@@ -438,14 +539,26 @@ class Trainer(TrainingControl):
             self._unfinished = None
             self.optimizer.clear_grads()
             self._step += 1
+            if values is not None:
+                copy = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+                copy.copy_(values, non_blocking=True)
+                ready = torch.cuda.Event()
+                ready.record()
+                self._in_flight = _InFlight(half, events, copy, ready, time.perf_counter())
+                return
+        self._count(half, events, time.perf_counter() - half.start)
+
+    def _count(self, half: _HalfStep, events: dict[str, int], seconds: float) -> None:
+        """The metrics of a finished, read step into ``history`` and ``_ready``."""
+        step = half.step + 1
         if events:
             self._memory.check_growth(self.num_gaussians, self.model.sh_degree)
         host = half.host
         cfg = self.config
-        warns = self._health.check(self._step, host, cfg.warn_scale, cfg.skip_nonfinite)
-        gpu_mem = self._memory.peak(self._step, changed=bool(events))
-        return StepMetrics(
-            step=self._step,
+        warns = self._health.check(step, host, cfg.warn_scale, cfg.skip_nonfinite)
+        gpu_mem = self._memory.peak(step, changed=bool(events))
+        metrics = StepMetrics(
+            step=step,
             loss=host["loss"],
             l1=host["l1"],
             ssim=host["ssim"],
@@ -453,7 +566,7 @@ class Trainer(TrainingControl):
             num_gaussians=self.num_gaussians,
             sh_degree=half.degree,
             lr_means=half.rates["means"],
-            step_time=time.perf_counter() - half.start,
+            step_time=seconds,
             gpu_memory=gpu_mem,
             grad_norm=host["grad_norm"],
             scale_max=host["scale_max"],
@@ -467,6 +580,8 @@ class Trainer(TrainingControl):
             events=events,
             warnings=warns,
         )
+        self.history.append(metrics)
+        self._ready.append(metrics)
 
     def _densify_failure(self, step: int, err: BaseException) -> DensifyError:
         what = (
@@ -493,7 +608,6 @@ class Trainer(TrainingControl):
         )
 
     def _after_step(self, metrics: StepMetrics) -> None:
-        self.history.append(metrics)
         cfg = self.config
         for callback in list(self._step_callbacks):
             self._call(callback, metrics)
@@ -575,7 +689,9 @@ class Trainer(TrainingControl):
 
     # ---------------------------------------------------------- callbacks
     def on_step(self, callback: Callable[[StepMetrics], Any]) -> Callable[[], None]:
-        """Call ``callback(metrics)`` after every step; returns a function that removes it."""
+        """Call ``callback(metrics)`` after every step, once its numbers are read back (in
+        :meth:`run` and :meth:`start` possibly after the next step was launched: see the
+        class); returns a function that removes it."""
         self._step_callbacks.append(callback)
         return lambda: self._step_callbacks.remove(callback)
 
@@ -818,6 +934,7 @@ class Trainer(TrainingControl):
             raise ValueError("no checkpoint path: pass one, or set config.out_dir")
         started = time.perf_counter()
         with self._shared_access():
+            self._settle()  # a step in flight is counted first (its Adam counts, if skipped)
             if self._unfinished is not None:
                 raise OSError(
                     f"step {self._unfinished.step + 1} is half done (its densification failed); "

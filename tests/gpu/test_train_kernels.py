@@ -175,17 +175,50 @@ def test_accumulate_kernel_matches_pytorch(cuda_ext, monkeypatch, cams, n):
     assert rel_err(fused["grad2d"], plain["grad2d"]) < 1e-6
 
 
-@pytest.mark.parametrize(
-    ("gate", "updates"),
-    [
-        ((0.5, 0.0, 0.25), True),
-        ((0.5, 1.0, 0.25), False),  # a non-finite gradient value
-        ((0.5, 0.0, math.nan), False),  # a NaN loss
-        ((0.5, 0.0, math.inf), False),
-        ((1e39, 0.0, 0.25), False),  # a gradient norm past float32's range
-        ((math.nan, 0.0, 0.25), False),
-    ],
-)
+GATES = [
+    ((0.5, 0.0, 0.25), True),
+    ((0.5, 1.0, 0.25), False),  # a non-finite gradient value
+    ((0.5, 0.0, math.nan), False),  # a NaN loss
+    ((0.5, 0.0, math.inf), False),
+    ((1e39, 0.0, 0.25), False),  # a gradient norm past float32's range
+    ((math.nan, 0.0, 0.25), False),
+]
+
+
+@pytest.mark.parametrize(("gate", "updates"), GATES)
+@pytest.mark.parametrize("fused", [True, False])
+def test_accumulate_gate_decides_on_the_device(cuda_ext, monkeypatch, gate, updates, fused):
+    # The kernel and the PyTorch path read the gate as Adam's kernel does.
+    from gsnb.train.strategy import default
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    grads = torch.randn(2, 3000, 2, generator=gen, device="cuda") * 1e-4
+    radii = torch.randint(-1, 3, (2, 3000, 2), generator=gen, device="cuda", dtype=torch.int32)
+    means2d = torch.zeros(2, 3000, 2, device="cuda", requires_grad=True)
+    means2d.grad = grads
+    info = {"means2d": means2d, "radii": radii, "width": 64, "height": 48, "n_cameras": 2}
+    params = {"means": torch.zeros(3000, 3, device="cuda")}
+    if not fused:
+        monkeypatch.setattr(default, "_fused", lambda *_: False)
+    strategy = default.DefaultStrategy()
+    gated, plain = strategy.initialize_state(1.0), strategy.initialize_state(1.0)
+    strategy.accumulate(params, plain, info)
+    strategy.accumulate(params, gated, info)  # the sums exist: the gate alone decides
+    strategy.accumulate(
+        params, gated, info | {"gate": torch.tensor(gate, dtype=torch.float64, device="cuda")}
+    )
+    factor = 2 if updates else 1
+    assert torch.equal(gated["count"], plain["count"] * factor)
+    assert rel_err(gated["grad2d"], plain["grad2d"] * factor) < 1e-6
+    if not fused:
+        return
+    with pytest.raises(RuntimeError, match="3 values"):
+        strategy.accumulate(
+            params, gated, info | {"gate": torch.zeros(2, dtype=torch.float64, device="cuda")}
+        )
+
+
+@pytest.mark.parametrize(("gate", "updates"), GATES)
 def test_adam_gate_decides_on_the_device(cuda_ext, gate, updates):
     params = splats(1000)
     twin = {k: nn.Parameter(v.detach().clone()) for k, v in params.items()}

@@ -126,8 +126,12 @@ def test_a_gated_update_needs_the_fused_kernel() -> None:
     opt.update()
     opt.uncount()
     assert float(opt.state[p]["step"]) == 1.0
-    opt.uncount()  # back to no update at all: no state either
-    assert not opt.state.get(p)
+    opt.uncount()  # the last update's counts only, and once
+    assert float(opt.state[p]["step"]) == 1.0
+    first = GaussianAdam([{"params": [p], "lr": 0.1, "name": "x"}])
+    first.update()
+    first.uncount()  # back to no update at all: no state either
+    assert not first.state.get(p)
 
 
 def _refuse_launches(monkeypatch) -> None:

@@ -65,6 +65,22 @@ class Strategy:
         """
         return True
 
+    def gates_at(self, step: int) -> bool:
+        """Whether :meth:`step_post_backward` at ``step`` honours ``info["gate"]``.
+
+        The gate (float64 ``[3]`` on the device: the gradients' sum of squares, their count of
+        non-finite values, the loss) closes on a step the trainer skips; a strategy that
+        gates changes nothing then, decided on the device, so that the trainer may run it
+        before it reads the step's numbers back. False (the default) is always safe: the
+        trainer reads them first and calls the strategy only on steps it keeps.
+
+        Example:
+            >>> from gsnb.train.strategy import DefaultStrategy, MCMCStrategy
+            >>> DefaultStrategy().gates_at(600), MCMCStrategy().gates_at(10)
+            (False, False)
+        """
+        return False
+
     def regularization(self, params: MutableMapping[str, nn.Parameter]) -> Tensor | None:
         """A loss term this strategy adds (None: none)."""
         return None

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from gsnb import kernels
+from gsnb.train.health import gate_open
 from gsnb.train.knobs import knob
 from gsnb.train.strategy import ops
 from gsnb.train.strategy.base import Strategy
@@ -126,6 +127,18 @@ class DefaultStrategy(Strategy):
         refine = step > self.refine_start_iter and step % self.refine_every == 0
         return refine or self.resets_at(step)
 
+    def gates_at(self, step: int) -> bool:
+        """Whether ``step`` only accumulates (gated by ``info["gate"]``: see
+        :meth:`Strategy.gates_at`), so that the trainer may run it before it reads the
+        step's numbers back.
+
+        Example:
+            >>> from gsnb.train.strategy import DefaultStrategy
+            >>> [DefaultStrategy().gates_at(s) for s in (100, 600, 20000)]
+            [True, False, True]
+        """
+        return not self.densifies_at(step)
+
     def resets_at(self, step: int) -> bool:
         """Whether ``step`` clamps the opacities (before ``refine_stop_iter``).
 
@@ -145,11 +158,12 @@ class DefaultStrategy(Strategy):
     ) -> None:
         """Add this step's normalised screen-space gradient norms to ``grad2d`` (no host sync).
 
-        ``info["groups"]`` (views of several sizes in one step) adds each group's.
+        ``info["groups"]`` (views of several sizes in one step) adds each group's;
+        ``info["gate"]`` (:meth:`Strategy.gates_at`) adds nothing on a step it closes.
         """
         if "groups" in info:
             for group in info["groups"]:
-                self.accumulate(params, state, group)
+                self.accumulate(params, state, group | {"gate": info.get("gate")})
             return
         grads = info.get("absgrad") if self.absgrad else info["means2d"].grad
         if grads is None:
@@ -161,14 +175,17 @@ class DefaultStrategy(Strategy):
         _running_sums(params, state)
         cams, radii = info["n_cameras"], info["radii"]
         sx, sy = info["width"] / 2.0 * cams, info["height"] / 2.0 * cams
-        if _fused(grads, radii):
+        gate = info.get("gate")
+        if _fused(grads, radii) and (gate is None or gate.device == grads.device):
             kernels.accumulate_grad2d(
                 grads=grads, radii=radii, sx=sx, sy=sy, grad2d=state["grad2d"],
-                count=state["count"],
+                count=state["count"], gate=gate,
             )  # fmt: skip
             return
         norm = grads.new_tensor([sx, sy])
         visible = (radii > 0).all(-1)  # [C, N]
+        if gate is not None:
+            visible = visible & gate_open(gate).to(visible.device)
         state["grad2d"] += torch.where(visible, (grads * norm).norm(dim=-1), 0.0).sum(0)
         state["count"] += visible.sum(0).to(grads.dtype)
 

@@ -158,3 +158,19 @@ def test_a_step_where_nothing_was_visible_adds_nothing() -> None:
 def test_knob_ranges_are_checked() -> None:
     with pytest.raises(ValueError, match="grow_grad2d"):
         DefaultStrategy(grow_grad2d=-1.0)
+
+
+@pytest.mark.parametrize(("loss", "updates"), [(0.25, True), (math.nan, False)])
+def test_a_closed_gate_accumulates_nothing(loss, updates) -> None:
+    params = gaussians([0.1, 0.2, 0.3], [0.5, 0.5, 0.5])
+    means2d = torch.zeros(1, 3, 2, requires_grad=True)
+    means2d.grad = torch.tensor([[[1e-3, 0.0], [0.0, 2e-3], [1e-3, 1e-3]]])
+    radii = torch.tensor([[[2, 2], [0, 0], [3, 1]]], dtype=torch.int32)
+    info = {"means2d": means2d, "radii": radii, "width": W, "height": H, "n_cameras": 1}
+    strategy = DefaultStrategy()
+    state = strategy.initialize_state(1.0)
+    gate = torch.tensor([1e-6, 0.0, loss], dtype=torch.float64)
+    strategy.accumulate(params, state, info | {"gate": gate})
+    assert state["count"].tolist() == ([1.0, 0.0, 1.0] if updates else [0.0, 0.0, 0.0])
+    assert bool((state["grad2d"] > 0).any()) == updates
+    assert strategy.gates_at(5) and not strategy.gates_at(600)

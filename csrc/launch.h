@@ -109,17 +109,19 @@ void inclusive_sum(void* temp, size_t& temp_bytes, const int64_t* in, int64_t* o
 // ---- rasterize_forward.cu, rasterize_backward.cu ------------------------------------------
 
 // channels 3 blends rgb, any other count rgb and depth (4). depth is nullptr with 3.
+// last_ids [C, H, W]: each pixel's walk end relative to its tile's first intersection
+// (raster.cuh: pack_last).
 void launch_rasterize_forward(
     int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
     const float* means2d, const float* conics, const float* feats, const float* opacities,
     bool stored, const int* offsets, const int* flat_ids, const float* background, float* rgb,
-    float* depth, float* alpha, int* last_ids, cudaStream_t stream);
+    float* depth, float* alpha, uint16_t* last_ids, cudaStream_t stream);
 
 void launch_rasterize_backward(
     int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
     const float* means2d, const float* conics, const float* feats, const float* opacities,
     bool stored, const int* offsets, const int* flat_ids, const float* alpha,
-    const float* depth, const int* last_ids, const float* background, const float* v_rgb,
+    const float* depth, const uint16_t* last_ids, const float* background, const float* v_rgb,
     const float* v_depth, const float* v_alpha, float* v_means2d, float* v_conics,
     float* v_feats, float* v_opacities, float* v_abs, cudaStream_t stream);
 

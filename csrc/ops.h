@@ -49,7 +49,9 @@ std::vector<at::Tensor> bin_splats(
     int64_t height, bool stored);
 
 // -> rgb [C,H,W,3], expected depth [C,H,W,1] (empty without a depth channel), alpha [C,H,W,1],
-//    last ids [C,H,W] int32. feats [C,N,3|4]: colours, and depth as a fourth channel.
+//    last ids [C,H,W] int16 (each pixel's walk end past its tile's first intersection, as
+//    uint16 bits; 0xFFFF: the backward walks the tile again). feats [C,N,3|4]: colours, and
+//    depth as a fourth channel.
 //    backgrounds [C,3] (optional): rgb = blend + (1 - alpha) * background.
 std::vector<at::Tensor> rasterize_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
@@ -114,9 +116,11 @@ void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tens
 
 // Default densification's running sums, in place: for visible (radii > 0) splats,
 // grad2d[n] += |(grads.x * sx, grads.y * sy)| and count[n] += 1 over the C cameras.
-// grads [C,N,2] float32, radii [C,N,2] int32, grad2d and count [N] float32.
+// grads [C,N,2] float32, radii [C,N,2] int32, grad2d and count [N] float32. gate (optional,
+// as adam_step's): nothing is added unless it opens, decided on the device.
 void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double sx, double sy,
-                       at::Tensor& grad2d, at::Tensor& count);
+                       at::Tensor& grad2d, at::Tensor& count,
+                       const std::optional<at::Tensor>& gate);
 
 // One training step's forward and backward pass for one camera: render_splats' classic
 // render of stored parameters (log-scales, opacity logits, sh0 [N,1,3] and shN [N,K-1,3]),

@@ -14,6 +14,16 @@ namespace gsnb {
 // The expected depth is the blended depth over max(alpha, kDepthAlphaMin).
 constexpr float kDepthAlphaMin = 1e-10f;
 
+// A pixel's walk ends one past its last contributing intersection; the forward pass stores
+// that end relative to the tile's first intersection in 16 bits, for the backward pass. A
+// walk of kLastUnknown splats or more stores kLastUnknown: the backward pass walks that
+// pixel's tile front to back again to find its end (rasterize_backward.cu).
+constexpr int kLastUnknown = 0xFFFF;
+
+__device__ __forceinline__ uint16_t pack_last(int last, int start) {
+  return static_cast<uint16_t>(min(last - start, kLastUnknown));
+}
+
 // The pixel a thread of a rasterize block shades. The grid is (tiles_x, tiles_y, cameras)
 // of 16x16 blocks, one per tile; thread (x, y) shades the tile's pixel in row y, column x.
 struct TilePixel {

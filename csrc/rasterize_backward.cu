@@ -70,6 +70,50 @@ __device__ __forceinline__ void add_pixel_grads(PixelBack<CH>& q, const SplatAlp
   }
 }
 
+// Walks the tile's splats front to back, as the forward pass does, for the pixels whose
+// end the forward pass could not store in 16 bits (`unknown`), and sets their `last`. Every
+// thread of the block takes part (the batches are staged together).
+template <int CH>
+__device__ __forceinline__ void find_unknown_ends(
+    TileRange range, PixelBack<CH> (&px)[kRows], const bool (&unknown)[kRows], int tr,
+    int num_opacities, bool stored, const int* __restrict__ flat_ids,
+    const float2* __restrict__ means2d, const float3* __restrict__ conics,
+    const float* __restrict__ feats, const float* __restrict__ opacities, float4* s_geo,
+    float2* s_bo, float* s_feat) {
+  float T[kRows];
+  bool done[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    T[r] = 1.f;
+    done[r] = !unknown[r];
+    if (unknown[r]) px[r].last = range.start;
+  }
+  for (int base = range.start; base < range.end; base += kThreads) {
+    __syncthreads();
+    const int k = base + tr;
+    if (k < range.end)
+      stage_splat<CH>(k, tr, num_opacities, stored, flat_ids, means2d, conics, feats,
+                      opacities, s_geo, s_bo, s_feat);
+    __syncthreads();
+    const int count = min(kThreads, range.end - base);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      for (int t = 0; t < count && !done[r]; ++t) {
+        SplatAlpha hit;
+        if (!splat_alpha(s_geo[t], s_bo[t], px[r].px, px[r].py, hit)) continue;
+        const float next_T = T[r] * (1.f - hit.alpha);
+        if (next_T < kTransmittanceMin) {
+          done[r] = true;
+          break;
+        }
+        T[r] = next_T;
+        px[r].last = base + t + 1;
+      }
+    }
+  }
+  __syncthreads();  // the batches' shared memory is the caller's again
+}
+
 // A (kTile, kTile / kRows) block per (camera, tile); thread (x, y) shades the tile's
 // column x in rows kRows y .. kRows y + kRows - 1.
 template <int CH>
@@ -79,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
     const float* __restrict__ feats, const float* __restrict__ opacities, bool stored,
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
     const float* __restrict__ out_alpha, const float* __restrict__ out_depth,
-    const int* __restrict__ last_ids, const float* __restrict__ background,
+    const uint16_t* __restrict__ last_ids, const float* __restrict__ background,
     const float* __restrict__ v_rgb, const float* __restrict__ v_depth,
     const float* __restrict__ v_out_alpha,
     float* __restrict__ v_means2d, float* __restrict__ v_conics, float* __restrict__ v_feats,
@@ -95,7 +139,8 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
   __shared__ float s_grad[kThreads * kGradStride];
 
   PixelBack<CH> px[kRows];
-  int last_max = range.start;
+  bool unknown[kRows];
+  bool any_unknown = false;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     PixelBack<CH>& q = px[r];
@@ -108,8 +153,10 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
     q.T_final = 1.f - alpha_out;
     q.T = q.T_final;
     // An overhanging pixel contributes nothing: its walk is empty.
-    q.last = inside ? last_ids[pix] : range.start;
-    last_max = max(last_max, q.last);
+    const int rel = inside ? last_ids[pix] : 0;
+    unknown[r] = rel == kLastUnknown;
+    any_unknown = any_unknown || unknown[r];
+    q.last = range.start + rel;
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) q.v_out[ch] = inside ? v_rgb[pix * 3 + ch] : 0.f;
     // Outputs the loss did not use have no gradient buffer (nullptr): zero.
@@ -129,6 +176,13 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
 #pragma unroll
     for (int ch = 0; ch < CH; ++ch) q.behind[ch] = 0.f;
   }
+
+  if (__syncthreads_or(any_unknown))  // rare: a walk past 65534 splats of the tile
+    find_unknown_ends<CH>(range, px, unknown, tr, num_opacities, stored, flat_ids, means2d,
+                          conics, feats, opacities, s_geo, s_bo, s_feat);
+  int last_max = range.start;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) last_max = max(last_max, px[r].last);
 
   // The largest last index of the block and of this warp: nothing beyond contributed.
   __shared__ int s_last;
@@ -209,7 +263,7 @@ template <int CH>
 void launch(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
             const float* means2d, const float* conics, const float* feats,
             const float* opacities, bool stored, const int* offsets, const int* flat_ids,
-            const float* alpha, const float* depth, const int* last_ids,
+            const float* alpha, const float* depth, const uint16_t* last_ids,
             const float* background, const float* v_rgb, const float* v_depth,
             const float* v_alpha, float* v_means2d, float* v_conics, float* v_feats,
             float* v_opacities, float* v_abs, cudaStream_t stream) {
@@ -228,7 +282,7 @@ void launch_rasterize_backward(
     int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
     const float* means2d, const float* conics, const float* feats, const float* opacities,
     bool stored, const int* offsets, const int* flat_ids, const float* alpha,
-    const float* depth, const int* last_ids, const float* background, const float* v_rgb,
+    const float* depth, const uint16_t* last_ids, const float* background, const float* v_rgb,
     const float* v_depth, const float* v_alpha, float* v_means2d, float* v_conics,
     float* v_feats, float* v_opacities, float* v_abs, cudaStream_t stream) {
   if (channels == 3)

@@ -20,7 +20,8 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     const float* __restrict__ feats, const float* __restrict__ opacities, bool stored,
     const int* __restrict__ offsets, const int* __restrict__ flat_ids,
     const float* __restrict__ background, float* __restrict__ out_rgb,
-    float* __restrict__ out_depth, float* __restrict__ out_alpha, int* __restrict__ last_ids) {
+    float* __restrict__ out_depth, float* __restrict__ out_alpha,
+    uint16_t* __restrict__ last_ids) {
   const TilePixel p = tile_pixel(offsets, num_cams, width, height, tiles_x, tiles_y, m);
   __shared__ float4 s_geo[kBlock];
   __shared__ float2 s_bo[kBlock];
@@ -65,7 +66,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
     // Expected depth: the blended depth over the blended alpha.
     if (CH == 4) out_depth[p.pix] = acc[CH - 1] / fmaxf(alpha, kDepthAlphaMin);
     out_alpha[p.pix] = alpha;
-    last_ids[p.pix] = last;
+    last_ids[p.pix] = pack_last(last, p.start);
   }
 }
 
@@ -73,8 +74,8 @@ template <int CH>
 void launch(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
             const float* means2d, const float* conics, const float* feats,
             const float* opacities, bool stored, const int* offsets, const int* flat_ids,
-            const float* background, float* rgb, float* depth, float* alpha, int* last_ids,
-            cudaStream_t stream) {
+            const float* background, float* rgb, float* depth, float* alpha,
+            uint16_t* last_ids, cudaStream_t stream) {
   const int tiles_x = div_up(width, kTile), tiles_y = div_up(height, kTile);
   const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
   rasterize_forward_kernel<CH><<<grid, block, 0, stream>>>(
@@ -89,7 +90,7 @@ void launch_rasterize_forward(
     int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
     const float* means2d, const float* conics, const float* feats, const float* opacities,
     bool stored, const int* offsets, const int* flat_ids, const float* background, float* rgb,
-    float* depth, float* alpha, int* last_ids, cudaStream_t stream) {
+    float* depth, float* alpha, uint16_t* last_ids, cudaStream_t stream) {
   if (channels == 3)
     launch<3>(c, n, width, height, m, means2d, conics, feats, opacities, stored, offsets,
               flat_ids, background, rgb, depth, alpha, last_ids, stream);

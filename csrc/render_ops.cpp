@@ -285,14 +285,16 @@ std::vector<at::Tensor> rasterize_forward(
   auto rgb = at::empty({c, height, width, 3}, f);
   auto depth = ch == 4 ? at::empty({c, height, width, 1}, f) : at::empty({0}, f);
   auto alpha = at::empty({c, height, width, 1}, f);
-  auto last_ids = at::empty({c, height, width}, f.dtype(at::kInt));
+  // 16-bit walk ends relative to the tile (raster.cuh: pack_last), kept for the backward.
+  auto last_ids = at::empty({c, height, width}, f.dtype(at::kShort));
   const int64_t n = opacity_count(opacities, means2d);
   launch_rasterize_forward(
       ch, c, n, width, height, flat_ids.size(0), means2d.data_ptr<float>(),
       conics.data_ptr<float>(), feats.data_ptr<float>(), opacities.data_ptr<float>(), stored,
       offsets.data_ptr<int>(), flat_ids.data_ptr<int>(), bg, rgb.data_ptr<float>(),
       ch == 4 ? depth.data_ptr<float>() : nullptr, alpha.data_ptr<float>(),
-      last_ids.data_ptr<int>(), c10::cuda::getCurrentCUDAStream());
+      reinterpret_cast<uint16_t*>(last_ids.data_ptr<int16_t>()),
+      c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {rgb, depth, alpha, last_ids};
 }
@@ -320,7 +322,8 @@ std::vector<at::Tensor> rasterize_backward(
       ch, c, n, width, height, flat_ids.size(0), means2d.data_ptr<float>(),
       conics.data_ptr<float>(), feats.data_ptr<float>(), opacities.data_ptr<float>(), stored,
       offsets.data_ptr<int>(), flat_ids.data_ptr<int>(), alpha.data_ptr<float>(),
-      with_depth ? depth.data_ptr<float>() : nullptr, last_ids.data_ptr<int>(), bg,
+      with_depth ? depth.data_ptr<float>() : nullptr,
+      reinterpret_cast<const uint16_t*>(last_ids.data_ptr<int16_t>()), bg,
       v_rgb.data_ptr<float>(),
       with_depth && v_depth.numel() > 0 ? v_depth.data_ptr<float>() : nullptr,
       v_alpha.numel() > 0 ? v_alpha.data_ptr<float>() : nullptr, v_means2d.data_ptr<float>(),

@@ -196,7 +196,8 @@ def rasterize_forward(
     stored: bool,
 ) -> list[Tensor]:
     """Front-to-back blending: ``[rgb [C, H, W, 3], depth [C, H, W, 1] (empty without a depth
-    channel), alpha [C, H, W, 1], last_ids [C, H, W] int32]``."""
+    channel), alpha [C, H, W, 1], last_ids [C, H, W] int16]``: each pixel's walk end past its
+    tile's first intersection, for :func:`rasterize_backward` (uint16 bits)."""
     return require().rasterize_forward(
         means2d, conics, feats, opacities, offsets, flat_ids, width, height, backgrounds, stored
     )
@@ -214,7 +215,7 @@ def rasterize_backward(
     height: int,
     alpha: Tensor,  # [C, H, W, 1]
     depth: Tensor,  # [C, H, W, 1] or empty
-    last_ids: Tensor,  # [C, H, W] int32
+    last_ids: Tensor,  # [C, H, W] int16, rasterize_forward's
     v_rgb: Tensor,  # [C, H, W, 3]
     v_depth: Tensor,  # [C, H, W, 1], or empty: zero
     v_alpha: Tensor,  # [C, H, W, 1], or empty: zero

@@ -271,6 +271,34 @@ def test_large_splats_among_small_ones(cuda_ext):
     assert int((rows > 32).sum()) > 0
 
 
+def test_walks_past_65534_splats_of_a_tile(cuda_ext):
+    # A pixel's walk end is kept in 16 bits past its tile's first splat; one that ends
+    # farther stores none, and the backward pass walks the tile again to find it. 70,000
+    # faint splats (each reaches 1/255 within 0.2 px of its centre, so a pixel sees about 34
+    # of them) lie in front of an opaque one over the left of the one-tile image.
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    n = 70_000
+    z = torch.cat([2.0 + torch.rand(n, generator=gen, device="cuda"), torch.tensor([5.0]).cuda()])
+    uv = torch.rand(n + 1, 2, generator=gen, device="cuda") * 16.0
+    uv[n] = torch.tensor([4.0, 8.0])
+    sigma = torch.ones(n + 1, device="cuda")
+    sigma[n] = 4.0  # pixels
+    opacities = torch.full((n + 1,), 0.004, device="cuda")
+    opacities[n] = 0.9
+    g = {
+        "means": torch.cat([(uv - 8.0) * z[:, None] / 16.0, z[:, None]], 1),
+        "quats": torch.tensor([1.0, 0.0, 0.0, 0.0], device="cuda").repeat(n + 1, 1),
+        "scales": (sigma * z / 16.0)[:, None].repeat(1, 3),
+        "opacities": opacities,
+        "colors": torch.rand(n + 1, 3, generator=gen, device="cuda"),
+    }
+    viewmats = torch.eye(4, device="cuda")[None]
+    Ks = torch.tensor([[[16.0, 0, 8], [0, 16, 8], [0, 0, 1]]], device="cuda")
+    errors, out_c, _ = compare(g, viewmats, Ks, 16, 16)
+    check(errors)
+    assert int((out_c.meta.radii[0, :, 0] > 0).sum()) > 65_535  # all in the one tile
+
+
 def test_tiny_and_degenerate_scales(cuda_ext):
     g, viewmats, Ks = scene(2000, 120, 80, 1, seed=5)
     g["scales"][:500] = 1e-8

@@ -127,8 +127,11 @@ void launch_rasterize_backward(
 
 // ---- ssim.cu ------------------------------------------------------------------------------
 
-constexpr int kWin = 11;       // the Gaussian window's side
-constexpr int kSsimTile = 16;  // outputs (forward) or pixels (backward) per block side
+constexpr int kWin = 11;  // the Gaussian window's side
+// A block of kSsimTile x kSsimTile threads covers kSsimTile columns and 2 kSsimTile rows of
+// outputs (forward) or pixels (backward): each thread takes two vertically adjacent ones.
+constexpr int kSsimTile = 16;
+constexpr int kSsimRows = 2 * kSsimTile;
 
 struct Shape {
   int H, W, C, Ho, Wo, pad;
@@ -143,9 +146,9 @@ struct LossGrads {
   float lambda, inv_outputs, inv_inputs;
 };
 
-// One thread per output (forward) or per input pixel (backward), a z-slice per image channel.
+// Blocks over the outputs (forward) or input pixels (backward), a z-slice per image channel.
 inline dim3 grid_over(int width, int height, int64_t batch, const Shape& s) {
-  return dim3(div_up(width, kSsimTile), div_up(height, kSsimTile),
+  return dim3(div_up(width, kSsimTile), div_up(height, kSsimRows),
               static_cast<unsigned>(batch * s.C));
 }
 

@@ -4,6 +4,9 @@
 // with its derivatives with respect to mu_x, E[x^2] and E[xy]; the backward pass blurs
 // those derivatives (times the incoming gradient) back onto the pixels of x.
 // Output pixel (oy, ox) averages input rows oy - pad .. oy - pad + 10 (zero outside).
+// A block covers kSsimTile columns and kSsimRows rows; each thread blurs two adjacent columns
+// along rows and two adjacent rows down columns, so that one window's twelve shared-memory
+// reads serve two outputs.
 //
 // The same two kernels also give the 3DGS photometric loss (1 - l) L1 + l (1 - SSIM) without
 // an SSIM map: the forward pass sums |x - y|, (x - y)^2 and SSIM per block, a one-block pass
@@ -21,7 +24,8 @@
 namespace gsnb {
 namespace {
 
-constexpr int kSpan = kSsimTile + kWin - 1;  // a tile and its window's reach
+constexpr int kSpanX = kSsimTile + kWin - 1;  // a tile's columns and its window's reach
+constexpr int kSpanY = kSsimRows + kWin - 1;   // its rows and their reach
 constexpr int kThreads = kSsimTile * kSsimTile;
 
 struct Window {
@@ -32,42 +36,68 @@ __device__ __forceinline__ int64_t at_pixel(int b, int y, int x, int c, int h, i
   return ((static_cast<int64_t>(b) * h + y) * w + x) * ch + c;
 }
 
-// Horizontal pass: out[t][r][j] = sum_k w[k] in[t][r][j + k] for every row of the span.
+// Two adjacent taps of a blur from kWin + 1 consecutive values v(0) .. v(kWin):
+// a0 += sum_k w[k] v(k), a1 += sum_k w[k] v(k + 1); each value is read once.
+template <typename Read>
+__device__ __forceinline__ void blur_pair(const Window& win, Read v, float& a0, float& a1) {
+#pragma unroll
+  for (int k = 0; k <= kWin; ++k) {
+    const float x = v(k);
+    if (k < kWin) a0 += win.w[k] * x;
+    if (k > 0) a1 += win.w[k - 1] * x;
+  }
+}
+
+// Horizontal pass: out[t][r][j] = sum_k w[k] in[t][r][j + k] for every row of the span,
+// two columns j, j + 1 per thread and step.
 template <int T>
 __device__ __forceinline__ void blur_rows(
-    const float (*in)[kSpan][kSpan + 1], float (*out)[kSpan][kSsimTile + 1], const Window& win) {
+    const float (*in)[kSpanY][kSpanX + 1], float (*out)[kSpanY][kSsimTile + 1],
+    const Window& win) {
+  constexpr int kPairs = kSsimTile / 2;
   const int tid = threadIdx.y * kSsimTile + threadIdx.x;
-  for (int i = tid; i < kSpan * kSsimTile; i += kThreads) {
-    const int r = i / kSsimTile, j = i % kSsimTile;
-    float acc[T];
+  for (int i = tid; i < kSpanY * kPairs; i += kThreads) {
+    const int r = i / kPairs, j = 2 * (i % kPairs);
 #pragma unroll
-    for (int t = 0; t < T; ++t) acc[t] = 0.f;
-#pragma unroll
-    for (int k = 0; k < kWin; ++k) {
-#pragma unroll
-      for (int t = 0; t < T; ++t) acc[t] += win.w[k] * in[t][r][j + k];
+    for (int t = 0; t < T; ++t) {
+      float a0 = 0.f, a1 = 0.f;
+      blur_pair(win, [&](int k) { return in[t][r][j + k]; }, a0, a1);
+      out[t][r][j] = a0;
+      out[t][r][j + 1] = a1;
     }
+  }
+}
+
+// Vertical pass for a thread's two rows 2 threadIdx.y and 2 threadIdx.y + 1 of column
+// threadIdx.x: m0[t], m1[t] = the blurred h[t] there.
+template <int T>
+__device__ __forceinline__ void blur_columns(const float (*h)[kSpanY][kSsimTile + 1],
+                                             const Window& win, float (&m0)[T], float (&m1)[T]) {
+  const int i = 2 * threadIdx.y, j = threadIdx.x;
 #pragma unroll
-    for (int t = 0; t < T; ++t) out[t][r][j] = acc[t];
+  for (int t = 0; t < T; ++t) {
+    m0[t] = 0.f;
+    m1[t] = 0.f;
+    blur_pair(win, [&](int k) { return h[t][i + k][j]; }, m0[t], m1[t]);
   }
 }
 
 // map (or partials) may be nullptr; partials [blocks, 3]: this block's sums of SSIM over its
 // outputs and of |x - y| and (x - y)^2 over its inputs (the last tile row and column also
 // take the input rows and columns past the last output).
-__global__ void ssim_forward_kernel(
+__global__ void __launch_bounds__(kThreads) ssim_forward_kernel(
     const float* __restrict__ x, const float* __restrict__ y, Shape s, Window win, float c1,
     float c2, float* __restrict__ map, float* __restrict__ d_mu, float* __restrict__ d_xx,
     float* __restrict__ d_xy, float* __restrict__ partials) {
   // in: x, y, x^2, y^2, xy over the span; h: the same blurred along rows.
-  __shared__ float in[5][kSpan][kSpan + 1];
-  __shared__ float h[5][kSpan][kSsimTile + 1];
+  __shared__ float in[5][kSpanY][kSpanX + 1];
+  __shared__ float h[5][kSpanY][kSsimTile + 1];
   const int b = blockIdx.z / s.C, c = blockIdx.z % s.C;
-  const int oy0 = blockIdx.y * kSsimTile, ox0 = blockIdx.x * kSsimTile;
+  const int oy0 = blockIdx.y * kSsimRows, ox0 = blockIdx.x * kSsimTile;
   const int y0 = oy0 - s.pad, x0 = ox0 - s.pad;
   const int tid = threadIdx.y * kSsimTile + threadIdx.x;
-  for (int i = tid; i < kSpan * kSpan; i += kThreads) {
-    const int r = i / kSpan, q = i % kSpan;
+  for (int i = tid; i < kSpanY * kSpanX; i += kThreads) {
+    const int r = i / kSpanX, q = i % kSpanX;
     const int py = y0 + r, px = x0 + q;
     float u = 0.f, v = 0.f;
     if (py >= 0 && py < s.H && px >= 0 && px < s.W) {
@@ -84,22 +114,20 @@ __global__ void ssim_forward_kernel(
   __syncthreads();
   blur_rows<5>(in, h, win);
   __syncthreads();
-  const int i = threadIdx.y, j = threadIdx.x;
-  const int oy = oy0 + i, ox = ox0 + j;
-  float ssim = 0.f;
-  if (oy < s.Ho && ox < s.Wo) {
-    float m[5] = {0.f, 0.f, 0.f, 0.f, 0.f};
+  float m[2][5];
+  blur_columns<5>(h, win, m[0], m[1]);
+  float ssim_sum = 0.f;
 #pragma unroll
-    for (int k = 0; k < kWin; ++k) {
-#pragma unroll
-      for (int t = 0; t < 5; ++t) m[t] += win.w[k] * h[t][i + k][j];
-    }
-    const float mu1 = m[0], mu2 = m[1];
-    const float s11 = m[2] - mu1 * mu1, s22 = m[3] - mu2 * mu2, s12 = m[4] - mu1 * mu2;
+  for (int r = 0; r < 2; ++r) {
+    const int oy = oy0 + 2 * threadIdx.y + r, ox = ox0 + threadIdx.x;
+    if (oy >= s.Ho || ox >= s.Wo) continue;
+    const float mu1 = m[r][0], mu2 = m[r][1];
+    const float s11 = m[r][2] - mu1 * mu1, s22 = m[r][3] - mu2 * mu2, s12 = m[r][4] - mu1 * mu2;
     const float a1 = 2.f * mu1 * mu2 + c1, a2 = 2.f * s12 + c2;
     const float b1 = mu1 * mu1 + mu2 * mu2 + c1, b2 = s11 + s22 + c2;
     const float inv = 1.f / (b1 * b2);
-    ssim = a1 * a2 * inv;
+    const float ssim = a1 * a2 * inv;
+    ssim_sum += ssim;
     const int64_t at = at_pixel(b, oy, ox, c, s.Ho, s.Wo, s.C);
     if (map != nullptr) map[at] = ssim;
     if (d_mu != nullptr) {
@@ -115,7 +143,7 @@ __global__ void ssim_forward_kernel(
   }
   if (partials == nullptr) return;
   // This block's input pixels: its tile, stretched to the image edge in the last row/column.
-  const int rows = (blockIdx.y + 1 == gridDim.y ? s.H : min(s.H, oy0 + kSsimTile)) - oy0;
+  const int rows = (blockIdx.y + 1 == gridDim.y ? s.H : min(s.H, oy0 + kSsimRows)) - oy0;
   const int cols = (blockIdx.x + 1 == gridDim.x ? s.W : min(s.W, ox0 + kSsimTile)) - ox0;
   float l1 = 0.f, sq = 0.f;
   for (int k = tid; k < rows * cols; k += kThreads) {
@@ -127,7 +155,7 @@ __global__ void ssim_forward_kernel(
   __shared__ float scratch[3][kThreads / kWarpSize];
   const int64_t block = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
                         blockIdx.x;
-  const float mine[3] = {ssim, l1, sq};
+  const float mine[3] = {ssim_sum, l1, sq};
   const float sum = block_reduce<kThreads>(mine, scratch, tid,
                                            [](int, float a, float b) { return a + b; });
   if (tid < 3) partials[block * 3 + tid] = sum;
@@ -154,7 +182,7 @@ __device__ __forceinline__ float grad_or_zero(const float* g) { return g != null
 
 // v_map [B, Ho, Wo, C] is the SSIM map's gradient; without it (nullptr) the gradients of the
 // photometric loss's outputs in `lg` apply.
-__global__ void ssim_backward_kernel(
+__global__ void __launch_bounds__(kThreads) ssim_backward_kernel(
     const float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ v_map,
     LossGrads lg, const float* __restrict__ d_mu, const float* __restrict__ d_xx,
     const float* __restrict__ d_xy, Shape s, Window win, float* __restrict__ v_x) {
@@ -163,15 +191,15 @@ __global__ void ssim_backward_kernel(
   const float g_map = (grad_or_zero(lg.ssim) - lg.lambda * g_loss) * lg.inv_outputs;
   const float w_l1 = ((1.f - lg.lambda) * g_loss + grad_or_zero(lg.l1)) * lg.inv_inputs;
   const float w_mse = 2.f * grad_or_zero(lg.mse) * lg.inv_inputs;
-  __shared__ float in[3][kSpan][kSpan + 1];
-  __shared__ float h[3][kSpan][kSsimTile + 1];
+  __shared__ float in[3][kSpanY][kSpanX + 1];
+  __shared__ float h[3][kSpanY][kSsimTile + 1];
   const int b = blockIdx.z / s.C, c = blockIdx.z % s.C;
-  const int iy0 = blockIdx.y * kSsimTile, ix0 = blockIdx.x * kSsimTile;
+  const int iy0 = blockIdx.y * kSsimRows, ix0 = blockIdx.x * kSsimTile;
   // Input row py is averaged by the outputs oy in [py + pad - 10, py + pad].
   const int oy_start = iy0 + s.pad - (kWin - 1), ox_start = ix0 + s.pad - (kWin - 1);
   const int tid = threadIdx.y * kSsimTile + threadIdx.x;
-  for (int i = tid; i < kSpan * kSpan; i += kThreads) {
-    const int r = i / kSpan, q = i % kSpan;
+  for (int i = tid; i < kSpanY * kSpanX; i += kThreads) {
+    const int r = i / kSpanX, q = i % kSpanX;
     const int oy = oy_start + r, ox = ox_start + q;
     float g0 = 0.f, g1 = 0.f, g2 = 0.f;
     if (oy >= 0 && oy < s.Ho && ox >= 0 && ox < s.Wo) {
@@ -189,23 +217,21 @@ __global__ void ssim_backward_kernel(
   // The window is symmetric, so the adjoint blur is the same blur.
   blur_rows<3>(in, h, win);
   __syncthreads();
-  const int i = threadIdx.y, j = threadIdx.x;
-  const int py = iy0 + i, px = ix0 + j;
-  if (py >= s.H || px >= s.W) return;
-  float m[3] = {0.f, 0.f, 0.f};
+  float m[2][3];
+  blur_columns<3>(h, win, m[0], m[1]);
 #pragma unroll
-  for (int k = 0; k < kWin; ++k) {
-#pragma unroll
-    for (int t = 0; t < 3; ++t) m[t] += win.w[k] * h[t][i + k][j];
+  for (int r = 0; r < 2; ++r) {
+    const int py = iy0 + 2 * threadIdx.y + r, px = ix0 + threadIdx.x;
+    if (py >= s.H || px >= s.W) continue;
+    const int64_t at = at_pixel(b, py, px, c, s.H, s.W, s.C);
+    const float xv = x[at], yv = y[at];
+    float v = m[r][0] + 2.f * xv * m[r][1] + yv * m[r][2];
+    if (v_map == nullptr) {
+      const float d = xv - yv;
+      v += w_l1 * static_cast<float>((d > 0.f) - (d < 0.f)) + w_mse * d;
+    }
+    v_x[at] = v;
   }
-  const int64_t at = at_pixel(b, py, px, c, s.H, s.W, s.C);
-  const float xv = x[at], yv = y[at];
-  float v = m[0] + 2.f * xv * m[1] + yv * m[2];
-  if (v_map == nullptr) {
-    const float d = xv - yv;
-    v += w_l1 * static_cast<float>((d > 0.f) - (d < 0.f)) + w_mse * d;
-  }
-  v_x[at] = v;
 }
 
 Window gaussian_window(double sigma) {

@@ -299,6 +299,52 @@ def test_walks_past_65534_splats_of_a_tile(cuda_ext):
     assert int((out_c.meta.radii[0, :, 0] > 0).sum()) > 65_535  # all in the one tile
 
 
+def test_thin_tilted_splats_pixel_by_pixel(cuda_ext):
+    # Each thread of the compositing kernels shades two adjacent rows. Opaque, thin, tilted
+    # splats centred on, half a pixel off and between the rows' pairs: a row shaded with its
+    # neighbour's splats or centre would be off by about a splat's alpha, far above the
+    # 1/255 at which float32 and float64 may round a splat in or out.
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    n, size = 400, 64
+    z = 2.0 + torch.rand(n, generator=gen, device="cuda")
+    uv = torch.rand(n, 2, generator=gen, device="cuda") * size
+    # Centres on the boundary of two row pairs, half a pixel off it, or anywhere.
+    uv[: n // 3, 1] = torch.randint(0, size // 2, (n // 3,), generator=gen, device="cuda") * 2.0
+    uv[n // 3 : 2 * n // 3, 1] = uv[: n // 3, 1] + 0.5
+    sigma_px = torch.stack(
+        [
+            1.0 + 6.0 * torch.rand(n, generator=gen, device="cuda"),
+            0.2 + 1.5 * torch.rand(n, generator=gen, device="cuda"),
+            torch.full((n,), 0.5, device="cuda"),
+        ],
+        1,
+    )
+    angle = torch.rand(n, generator=gen, device="cuda") * torch.pi
+    quats = torch.stack(
+        [
+            torch.cos(angle / 2),
+            torch.zeros_like(angle),
+            torch.zeros_like(angle),
+            torch.sin(angle / 2),
+        ],
+        1,
+    )
+    g = {
+        "means": torch.cat([(uv - size / 2) * z[:, None] / size, z[:, None]], 1),
+        "quats": quats,
+        "scales": sigma_px * z[:, None] / size,
+        "opacities": 0.3 + 0.69 * torch.rand(n, generator=gen, device="cuda"),
+        "colors": torch.ones(n, 3, device="cuda"),
+    }
+    viewmats = torch.eye(4, device="cuda")[None]
+    Ks = torch.tensor([[[size, 0, size / 2], [0, size, size / 2], [0, 0, 1.0]]], device="cuda")
+    errors, out_c, out_r = compare(g, viewmats, Ks, size, size)
+    check(errors)
+    # Pixel by pixel: only splats at the 1/255 threshold may round either way.
+    assert float((out_c.alpha - out_r.alpha).abs().max()) < 5e-3
+    assert float((out_c.rgb - out_r.rgb).abs().max()) < 5e-3
+
+
 def test_tiny_and_degenerate_scales(cuda_ext):
     g, viewmats, Ks = scene(2000, 120, 80, 1, seed=5)
     g["scales"][:500] = 1e-8

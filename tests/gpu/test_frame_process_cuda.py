@@ -6,6 +6,7 @@ import io
 import time
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -60,6 +61,7 @@ def test_frames_of_a_training_run_follow_it_in_place_and_after_densifying(cuda_e
 
 
 def test_a_viewer_of_a_gpu_run_draws_in_its_frame_process_while_training(cuda_ext, tmp_path):
+    pytest.importorskip("viser", reason="the viewer needs viser (gsnb[viewer])")
     from gsnb.viewer import Viewer
     from gsnb.viewer.client import ViewerClient, look_from
 

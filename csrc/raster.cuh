@@ -75,9 +75,9 @@ __device__ __forceinline__ TilePixel tile_pixel(const int* __restrict__ offsets,
 }
 
 // Copies intersection k's splat into slot `at` of the block's shared batch, packed so that
-// a thread reads a splat's geometry with two loads: `s_geo` (x, y, a, c) holds its mean and
-// the conic's diagonal, `s_bo` (b, opacity) the conic's off-diagonal and its opacity; then its
-// CH features. Returns its flat id c * N + n.
+// a thread reads a splat with three loads: `s_geo` (x, y, a, c) holds its mean and the
+// conic's diagonal, `s_bo` (b, opacity) the conic's off-diagonal and its opacity, `s_feat`
+// its CH <= 4 features (zero-padded). Returns its flat id c * N + n.
 // The opacity is at index g % num_opacities: per Gaussian (N of them) or per camera and
 // Gaussian (C N, antialiased mode); `stored` takes it through the sigmoid.
 template <int CH>
@@ -85,15 +85,21 @@ __device__ __forceinline__ int stage_splat(
     int k, int at, int num_opacities, bool stored, const int* __restrict__ flat_ids,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities, float4* s_geo,
-    float2* s_bo, float* s_feat) {
+    float2* s_bo, float4* s_feat) {
+  static_assert(CH == 3 || CH == 4, "3 or 4 blended channels");
   const int g = flat_ids[k];
   const float2 xy = means2d[g];
   const float3 co = conics[g];
   s_geo[at] = make_float4(xy.x, xy.y, co.x, co.z);
   s_bo[at] = make_float2(co.y, opacity_of(opacities[g % num_opacities], stored));
-#pragma unroll
-  for (int ch = 0; ch < CH; ++ch) s_feat[at * CH + ch] = feats[(int64_t)g * CH + ch];
+  const float* f = feats + (int64_t)g * CH;
+  s_feat[at] = make_float4(f[0], f[1], f[2], CH == 4 ? f[3] : 0.f);
   return g;
+}
+
+// Feature ch of a staged splat's zero-padded features.
+__device__ __forceinline__ float feat_at(const float4& f, int ch) {
+  return ch == 0 ? f.x : ch == 1 ? f.y : ch == 2 ? f.z : f.w;
 }
 
 // A splat seen from a pixel centre.

@@ -40,7 +40,7 @@ struct PixelBack {
 // found to contribute there, to v (the warp-summed slots of kGradSlots' layout).
 template <int CH>
 __device__ __forceinline__ void add_pixel_grads(PixelBack<CH>& q, const SplatAlpha& hit,
-                                                float4 geo, float2 bo, const float* feat,
+                                                float4 geo, float2 bo, const float4& feat,
                                                 float (&v)[16]) {
   const float alpha = hit.alpha, dx = hit.dx, dy = hit.dy;
   const float ra = 1.f / (1.f - alpha);
@@ -49,7 +49,7 @@ __device__ __forceinline__ void add_pixel_grads(PixelBack<CH>& q, const SplatAlp
   float v_alpha = q.T_final * ra * q.v_a;
 #pragma unroll
   for (int ch = 0; ch < CH; ++ch) {
-    const float f = feat[ch];
+    const float f = feat_at(feat, ch);
     v[5 + ch] += w * q.v_out[ch];
     v_alpha += (f * q.T - q.behind[ch] * ra) * q.v_out[ch];
     q.behind[ch] += w * f;
@@ -79,7 +79,7 @@ __device__ __forceinline__ void find_unknown_ends(
     int num_opacities, bool stored, const int* __restrict__ flat_ids,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities, float4* s_geo,
-    float2* s_bo, float* s_feat) {
+    float2* s_bo, float4* s_feat) {
   float T[kRows];
   bool done[kRows];
 #pragma unroll
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
   __shared__ int s_id[kThreads];
   __shared__ float4 s_geo[kThreads];
   __shared__ float2 s_bo[kThreads];
-  __shared__ float s_feat[kThreads * CH];
+  __shared__ float4 s_feat[kThreads];
   __shared__ float s_grad[kThreads * kGradStride];
 
   PixelBack<CH> px[kRows];
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
       for (int s2 = 0; s2 < 16; ++s2) v[s2] = 0.f;
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
-        if (valid[r]) add_pixel_grads<CH>(px[r], hit[r], geo, bo, s_feat + t * CH, v);
+        if (valid[r]) add_pixel_grads<CH>(px[r], hit[r], geo, bo, s_feat[t], v);
       // Warp sum, then one shared-memory atomic per value: the block's warps meet there
       // and the batch is flushed to global memory once, below.
       const float total = warp_sum16(v, lane);

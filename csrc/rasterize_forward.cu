@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
   const TilePixel p = tile_pixel(offsets, num_cams, width, height, tiles_x, tiles_y, m);
   __shared__ float4 s_geo[kBlock];
   __shared__ float2 s_bo[kBlock];
-  __shared__ float s_feat[kBlock * CH];
+  __shared__ float4 s_feat[kBlock];
 
   float T = 1.f;
   float acc[CH];
@@ -50,8 +50,9 @@ __global__ void __launch_bounds__(kBlock) rasterize_forward_kernel(
         break;
       }
       const float w = hit.alpha * T;
+      const float4 f = s_feat[t];
 #pragma unroll
-      for (int ch = 0; ch < CH; ++ch) acc[ch] += w * s_feat[t * CH + ch];
+      for (int ch = 0; ch < CH; ++ch) acc[ch] += w * feat_at(f, ch);
       T = next_T;
       last = base + t + 1;
     }

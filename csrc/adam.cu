@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "common.cuh"
 #include "gate.cuh"
 #include "launch.h"
 
@@ -30,10 +31,6 @@ struct AdamUpdate {
   }
 };
 
-__device__ __forceinline__ bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 // one_minus_beta1/2 come from the host in double: 1.f - 0.999f is off by 1.3e-5 relative.
 __global__ void adam_kernel(AdamTensors list, float beta1, float one_minus_beta1, float beta2,
                             float one_minus_beta2, float eps, const double* gate) {
@@ -44,8 +41,8 @@ __global__ void adam_kernel(AdamTensors list, float beta1, float one_minus_beta1
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   int64_t done = 0;
-  // Four values at a time through float4 loads and stores where all four arrays allow it
-  // (tensors usually are 16-byte aligned; a view may not be), the rest one by one.
+  // Four values at a time through float4 loads and stores where all four arrays allow it,
+  // the rest one by one.
   if (aligned16(a.param) && aligned16(a.grad) && aligned16(a.exp_avg) &&
       aligned16(a.exp_avg_sq)) {
     float4* p4 = reinterpret_cast<float4*>(a.param);

@@ -35,6 +35,11 @@ __device__ __forceinline__ Mat3 quat_to_rotmat(float w, float x, float y, float 
   return r;
 }
 
+// Whether p may be read as float4: tensors are allocated 16-byte aligned, a view may not be.
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
 // A stored parameter as the renderer uses it. With `stored` the inputs are the parameters as
 // 3DGS trains them (log-scales, opacity logits) and the kernels apply exp and the sigmoid.
 __device__ __forceinline__ float opacity_of(float v, bool stored) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common.cuh"
 #include "launch.h"
 #include "reduce.cuh"
 
@@ -39,13 +40,13 @@ __device__ __forceinline__ double combine(int s, double a, double b) {
 }
 
 // f(v) for the n values at p, thread `first` of a grid of `stride` threads taking every
-// stride-th one: four at a time through float4 loads where p is 16-byte aligned (tensors
-// usually are; a view may not be), so that more loads are in flight per thread.
+// stride-th one: four at a time through float4 loads where p is aligned16, so that more
+// loads are in flight per thread.
 template <typename F>
 __device__ __forceinline__ void for_each_value(const float* __restrict__ p, int64_t n,
                                                int64_t first, int64_t stride, F&& f) {
   int64_t done = 0;
-  if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0) {
+  if (aligned16(p)) {
     const float4* p4 = reinterpret_cast<const float4*>(p);
     const int64_t n4 = n / 4;
 #pragma unroll 4
@@ -70,8 +71,8 @@ __global__ void health_kernel(
   const float ref = fmaxf(fmaxf(scales[0], scales[1]), scales[2]);
   const double shift = isfinite(ref) ? ref : 0.0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += stride) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  for (int64_t i = first; i < n; i += stride) {
     const float a = scales[3 * i], b = scales[3 * i + 1], c = scales[3 * i + 2];
     // fmaxf and fminf drop NaN; a NaN scale must reach the sums instead.
     const bool nan = isnan(a) || isnan(b) || isnan(c);
@@ -85,7 +86,6 @@ __global__ void health_kernel(
     ratio_max = fmax(ratio_max, static_cast<double>(ratio));
     opacity_sum += 1.0 / (1.0 + exp(-static_cast<double>(opacities[i])));
   }
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   for (int t = 0; t < params.count; ++t)
     for_each_value(params.ptr[t], params.numel[t], first, stride,
                    [&](float v) { bad += isfinite(v) ? 0.0 : 1.0; });

@@ -70,6 +70,7 @@ __device__ __forceinline__ void blur_rows(
 
 // Vertical pass for a thread's two rows 2 threadIdx.y and 2 threadIdx.y + 1 of column
 // threadIdx.x: m0[t], m1[t] = the blurred h[t] there.
+static_assert(kSsimRows == 2 * kSsimTile, "a block's kSsimTile thread rows take two rows each");
 template <int T>
 __device__ __forceinline__ void blur_columns(const float (*h)[kSpanY][kSsimTile + 1],
                                              const Window& win, float (&m0)[T], float (&m1)[T]) {

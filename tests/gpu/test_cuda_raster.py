@@ -33,6 +33,16 @@ def scene(n, width, height, cams, sh_degree=3, seed=0, scale_range=(0.005, 0.05)
     return g, viewmats.cuda(), Ks.cuda()
 
 
+def facing(uv, z, sigma_px, size):
+    """Means and scales of Gaussians seen by a size x size pinhole camera at the origin looking
+    down +z (focal length size): centres at pixel ``uv`` [N, 2], depth ``z`` [N], axes of
+    ``sigma_px`` [N, 3] pixels. Returns means, scales, viewmats, Ks."""
+    means = torch.cat([(uv - size / 2) * z[:, None] / size, z[:, None]], 1)
+    viewmats = torch.eye(4, device=uv.device)[None]
+    Ks = torch.tensor([[[size, 0, size / 2], [0, size, size / 2], [0, 0, 1.0]]], device=uv.device)
+    return means, sigma_px * z[:, None] / size, viewmats, Ks
+
+
 def run(g, viewmats, Ks, width, height, backend, dtype, weights=None, absgrad=False, **kw):
     params = {k: v.to(dtype).clone().requires_grad_(True) for k, v in g.items()}
     if kw.get("backgrounds") is not None:
@@ -285,22 +295,21 @@ def test_walks_past_65534_splats_of_a_tile(cuda_ext):
     sigma[n] = 4.0  # pixels
     opacities = torch.full((n + 1,), 0.004, device="cuda")
     opacities[n] = 0.9
+    means, scales, viewmats, Ks = facing(uv, z, sigma[:, None].repeat(1, 3), 16)
     g = {
-        "means": torch.cat([(uv - 8.0) * z[:, None] / 16.0, z[:, None]], 1),
+        "means": means,
         "quats": torch.tensor([1.0, 0.0, 0.0, 0.0], device="cuda").repeat(n + 1, 1),
-        "scales": (sigma * z / 16.0)[:, None].repeat(1, 3),
+        "scales": scales,
         "opacities": opacities,
         "colors": torch.rand(n + 1, 3, generator=gen, device="cuda"),
     }
-    viewmats = torch.eye(4, device="cuda")[None]
-    Ks = torch.tensor([[[16.0, 0, 8], [0, 16, 8], [0, 0, 1]]], device="cuda")
     errors, out_c, _ = compare(g, viewmats, Ks, 16, 16)
     check(errors)
     assert int((out_c.meta.radii[0, :, 0] > 0).sum()) > 65_535  # all in the one tile
 
 
 def test_thin_tilted_splats_pixel_by_pixel(cuda_ext):
-    # Each thread of the compositing kernels shades two adjacent rows. Opaque, thin, tilted
+    # Each thread of the backward compositing shades two adjacent rows. Opaque, thin, tilted
     # splats centred on, half a pixel off and between the rows' pairs: a row shaded with its
     # neighbour's splats or centre would be off by about a splat's alpha, far above the
     # 1/255 at which float32 and float64 may round a splat in or out.
@@ -329,15 +338,14 @@ def test_thin_tilted_splats_pixel_by_pixel(cuda_ext):
         ],
         1,
     )
+    means, scales, viewmats, Ks = facing(uv, z, sigma_px, size)
     g = {
-        "means": torch.cat([(uv - size / 2) * z[:, None] / size, z[:, None]], 1),
+        "means": means,
         "quats": quats,
-        "scales": sigma_px * z[:, None] / size,
+        "scales": scales,
         "opacities": 0.3 + 0.69 * torch.rand(n, generator=gen, device="cuda"),
         "colors": torch.ones(n, 3, device="cuda"),
     }
-    viewmats = torch.eye(4, device="cuda")[None]
-    Ks = torch.tensor([[[size, 0, size / 2], [0, size, size / 2], [0, 0, 1.0]]], device="cuda")
     errors, out_c, out_r = compare(g, viewmats, Ks, size, size)
     check(errors)
     # Pixel by pixel: only splats at the 1/255 threshold may round either way.

@@ -54,22 +54,25 @@ struct Coeffs {
 };
 
 // One thread per (camera, Gaussian), `threads` of them (at least one per camera with checks).
+// var3d [N] (or null): the 3D filter's variances; with it or antialiased, opacities_cam
+// [C, N] receives the opacities the splats blend with.
 void launch_project_forward(
     bool antialiased, int64_t threads, int64_t c, int64_t n, const float* means,
     const float* quats, const float* scales, const float* opacities, bool stored,
     const Coeffs& cf, int64_t sh_degree, const float* viewmats, const float* Ks, int64_t width,
     int64_t height, double near_plane, double far_plane, float* means2d, float* conics,
     float* depths, int* radii, float* feats, int channels, int* tiles, float* opacities_cam,
-    const float* backgrounds, int* problems, cudaStream_t stream);
+    const float* var3d, const float* backgrounds, int* problems, cudaStream_t stream);
 
 void launch_project_backward(
     bool antialiased, int64_t c, int64_t n, const float* means, const float* quats,
     const float* scales, const float* opacities, const float* v_opacities_cam,
-    float* v_opacities, bool stored, const Coeffs& cf, int64_t sh_degree, const float* viewmats,
-    const float* Ks, int64_t width, int64_t height, double near_plane, double far_plane,
-    const int* radii, const float* conics, const float* v_means2d, const float* v_conics,
-    const float* v_feats, int64_t channels, const float* v_depths, float* v_means,
-    float* v_quats, float* v_scales, float* v_head, float* v_rest, cudaStream_t stream);
+    float* v_opacities, const float* var3d, bool stored, const Coeffs& cf, int64_t sh_degree,
+    const float* viewmats, const float* Ks, int64_t width, int64_t height, double near_plane,
+    double far_plane, const int* radii, const float* conics, const float* v_means2d,
+    const float* v_conics, const float* v_feats, int64_t channels, const float* v_depths,
+    float* v_means, float* v_quats, float* v_scales, float* v_head, float* v_rest,
+    cudaStream_t stream);
 
 // ---- binning.cu ---------------------------------------------------------------------------
 

@@ -21,16 +21,20 @@ namespace gsnb {
 //    an input, opacities outside [0, 1], negative scales, focal lengths <= 0; the bits are
 //    projection_forward.cu's Problem), set on the device with no host sync; empty without.
 //    backgrounds [C,3] (optional) are only checked here (the rasterizer composites them).
+//    filter3d [N] (optional): Mip-Splatting's 3D filter variances; the scales become
+//    sqrt(scales^2 + filter3d) and opacities_cam [C,N] holds each splat's opacity times
+//    sqrt(prod(scales^2 / (scales^2 + filter3d))) (and the compensation when antialiased).
 std::vector<at::Tensor> project_forward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
     const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
     const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
     double near_plane, double far_plane, int64_t sh_degree, bool with_depth, bool stored,
-    bool antialiased, const std::optional<at::Tensor>& backgrounds, bool check_values);
+    bool antialiased, const std::optional<at::Tensor>& backgrounds, bool check_values,
+    const std::optional<at::Tensor>& filter3d);
 
 // -> v_means [N,3], v_quats [N,4], v_scales [N,3], v_coeffs (shape of coeffs), v_rest (shape
-//    of rest; empty without), v_opacities [N] (antialiased, from v_opacities_cam [C,N]; empty
-//    otherwise, where opacities and v_opacities_cam are not read).
+//    of rest; empty without), v_opacities [N] (antialiased or filter3d, from v_opacities_cam
+//    [C,N]; empty otherwise, where opacities and v_opacities_cam are not read).
 std::vector<at::Tensor> project_backward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
     const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
@@ -38,7 +42,7 @@ std::vector<at::Tensor> project_backward(
     double near_plane, double far_plane, int64_t sh_degree, const at::Tensor& radii,
     const at::Tensor& conics, const at::Tensor& v_means2d, const at::Tensor& v_conics,
     const at::Tensor& v_feats, const at::Tensor& v_depths, const at::Tensor& v_opacities_cam,
-    bool stored, bool antialiased);
+    bool stored, bool antialiased, const std::optional<at::Tensor>& filter3d);
 
 // -> tile offsets [C, tiles_y, tiles_x] int32, splat ids [M] int32 (flat index c * N + n),
 //    sorted by camera, tile and depth. Here and in rasterize_*, opacities are [N], or [C,N]
@@ -122,8 +126,9 @@ void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double 
                        at::Tensor& grad2d, at::Tensor& count,
                        const std::optional<at::Tensor>& gate);
 
-// One training step's forward and backward pass for one camera: render_splats' classic
-// render of stored parameters (log-scales, opacity logits, sh0 [N,1,3] and shN [N,K-1,3]),
+// One training step's forward and backward pass for one camera: render_splats' render of
+// stored parameters (log-scales, opacity logits, sh0 [N,1,3] and shN [N,K-1,3]), classic or
+// antialiased, through the 3D filter's variances filter3d [N] (optional, project_forward's),
 // without depth, over backgrounds [1,3] (optional), then the photometric loss against
 // target [1,H,W,3] (photometric_forward's pad, sigma, c1, c2 and lambda), then the gradients
 // of the loss by the backward entry points above: what autograd computes from the same calls.
@@ -136,6 +141,7 @@ std::vector<at::Tensor> train_forward_backward(
     const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
     double near_plane, double far_plane, int64_t sh_degree,
     const std::optional<at::Tensor>& backgrounds, const at::Tensor& target, int64_t pad,
-    double sigma, double c1, double c2, double lambda, bool absgrad);
+    double sigma, double c1, double c2, double lambda, bool absgrad,
+    bool antialiased, const std::optional<at::Tensor>& filter3d);
 
 }  // namespace gsnb

@@ -1,6 +1,7 @@
 // What the projection's forward (projection_forward.cu) and backward
 // (projection_backward.cu) kernels share, so that the two cannot drift apart: the camera,
-// the splat one (camera, Gaussian) gives, its antialiasing factor and the view direction.
+// the splat one (camera, Gaussian) gives, its antialiasing factor, the 3D filter's factor and
+// the view direction.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,6 +42,7 @@ struct Splat {
   float rq[3][3];    // rotation of the normalised quaternion
   float q[4];        // normalised quaternion
   float qnorm;
+  float s_raw[3];    // scales as stored (activated); s is them through the 3D filter
   float s[3];
   float covc[3][3];  // camera-space 3D covariance
   float a, b, c;     // 2D covariance with the low-pass
@@ -49,8 +51,8 @@ struct Splat {
 };
 
 __device__ __forceinline__ bool compute_splat(
-    const Camera& cam, const float* mean, const float* quat, const float* scale, bool stored,
-    int width, int height, float near_plane, float far_plane, Splat& sp) {
+    const Camera& cam, const float* mean, const float* quat, const float* scale, float var,
+    bool stored, int width, int height, float near_plane, float far_plane, Splat& sp) {
 #pragma unroll
   for (int i = 0; i < 3; ++i)
     sp.p[i] = cam.r[i][0] * mean[0] + cam.r[i][1] * mean[1] + cam.r[i][2] * mean[2] + cam.t[i];
@@ -83,7 +85,9 @@ __device__ __forceinline__ bool compute_splat(
   const Mat3 rq = quat_to_rotmat(sp.q[0], sp.q[1], sp.q[2], sp.q[3]);
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
-    sp.s[i] = scale_of(scale[i], stored);
+    sp.s_raw[i] = scale_of(scale[i], stored);
+    // The 3D filter (var > 0) widens each axis: s^2 = s_raw^2 + var.
+    sp.s[i] = var > 0.f ? sqrtf(sp.s_raw[i] * sp.s_raw[i] + var) : sp.s_raw[i];
 #pragma unroll
     for (int j = 0; j < 3; ++j) sp.rq[i][j] = rq.m[i][j];
   }
@@ -123,6 +127,16 @@ __device__ __forceinline__ bool compute_splat(
 __device__ __forceinline__ float compensation_of(const Splat& sp) {
   const float ratio = (sp.a_raw * sp.c_raw - sp.b * sp.b) / sp.det;
   return ratio > 0.f ? sqrtf(ratio) : 0.f;
+}
+
+// The 3D filter's opacity factor sqrt(prod(s_raw^2 / (s_raw^2 + var))) (Mip-Splatting's
+// 3D smoothing keeps a Gaussian's energy); 1 without the filter (var 0).
+__device__ __forceinline__ float filter_factor(const Splat& sp, float var) {
+  if (!(var > 0.f)) return 1.f;
+  float r = 1.f;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) r *= sp.s_raw[i] * sp.s_raw[i] / (sp.s[i] * sp.s[i]);
+  return sqrtf(r);
 }
 
 // Directions from the camera centre (-R^T t) to the Gaussian, in world space.

@@ -81,11 +81,10 @@ __device__ __forceinline__ void stage_coeffs_out(
 
 // Gradients of one (camera, Gaussian) with respect to the Gaussian's parameters;
 // row receives the SH coefficient gradients (it holds the coefficients on entry).
-// AA: the splat's opacity was multiplied by comp = compensation_of(sp), whose gradient
-// is v_comp.
-template <bool AA>
+// aa: the splat's opacity was multiplied by comp = compensation_of(sp), whose gradient
+// is v_comp. v_scale receives the gradient of the scales the splat was drawn with (sp.s).
 __device__ __forceinline__ void splat_backward(
-    const Camera& cam, const Splat& sp, const float* mean, int sh_degree, float* row,
+    bool aa, const Camera& cam, const Splat& sp, const float* mean, int sh_degree, float* row,
     const float* conic, const float* v_mean2d, const float* v_conic, const float* vf,
     float v_depth, float comp, float v_comp, float* v_mean, float* v_quat, float* v_scale,
     float* v_rgb) {
@@ -116,7 +115,7 @@ __device__ __forceinline__ void splat_backward(
   V[1][1] = -(qg10 * B + qg11 * Cc);
   const float sym = 0.5f * (V[0][1] + V[1][0]);
   V[0][1] = V[1][0] = sym;
-  if constexpr (AA) {
+  if (aa) {
     // comp^2 = det(S) / det(S + eI) with Q = (S + eI)^-1 the conic:
     // d comp^2 / dS = (1 - comp^2) Q - e det(Q) I (gsplat's add_blur_vjp), and
     // d comp = d comp^2 / (2 comp); a degenerate splat (comp 0) gets none.
@@ -222,14 +221,15 @@ __device__ __forceinline__ void splat_backward(
   for (int i = 0; i < 4; ++i) v_quat[i] = (vq[i] - dot * sp.q[i]) / sp.qnorm;
 }
 
-// AA: antialiased mode; v_opacities_cam [C, N] is the gradient of project_forward's
-// opacities_cam, which gives v_opacities [N] and, through the compensation, the shape's.
-template <bool AA>
+// OC: opacities per camera (antialiased mode, aa, or the 3D filter, var3d [N] non-null);
+// v_opacities_cam [C, N] is the gradient of project_forward's opacities_cam, which gives
+// v_opacities [N] and, through the compensation and the filter's factor, the shape's.
+template <bool OC>
 __global__ void __launch_bounds__(kThreads) project_backward_kernel(
     int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
     const float* __restrict__ scales, const float* __restrict__ opacities,
-    const float* __restrict__ v_opacities_cam, float* __restrict__ v_opacities, bool stored,
-    Coeffs cf,
+    const float* __restrict__ v_opacities_cam, float* __restrict__ v_opacities, bool aa,
+    const float* __restrict__ var3d, bool stored, Coeffs cf,
     int sh_degree, const float* __restrict__ viewmats, const float* __restrict__ Ks, int width,
     int height, float near_plane, float far_plane, const int* __restrict__ radii,
     const float* __restrict__ conics, const float* __restrict__ v_means2d,
@@ -257,27 +257,43 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
     float v_mean[3] = {0.f, 0.f, 0.f}, v_quat[4] = {0.f, 0.f, 0.f, 0.f};
     float v_scale[3] = {0.f, 0.f, 0.f}, v_rgb[3] = {0.f, 0.f, 0.f};
     float v_opacity = 0.f;
+    float var = 0.f;
+    if constexpr (OC) var = var3d != nullptr ? var3d[gid] : 0.f;
     const bool active =
         radii[idx * 2] > 0 && compute_splat(cam, means + gid * 3, quats + gid * 4,
-                                            scales + gid * 3, stored, width, height,
+                                            scales + gid * 3, var, stored, width, height,
                                             near_plane, far_plane, sp);
     if (active) {
       const float* vf = v_feats + idx * channels;
       const float v_depth =
           (v_depths != nullptr ? v_depths[idx] : 0.f) + (channels == 4 ? vf[3] : 0.f);
-      float comp = 0.f, v_comp = 0.f;
-      if constexpr (AA) {
-        // opacity_cam = o comp: each factor's gradient is the other's value.
+      float comp = 1.f, v_comp = 0.f, filt = 1.f, v_filt = 0.f;
+      if constexpr (OC) {
+        // opacity_cam = o comp filt: each factor's gradient is the others' product.
         const float o = opacity_of(opacities[gid], stored);
         const float v_oc = v_opacities_cam[idx];
-        comp = compensation_of(sp);
-        v_comp = v_oc * o;
-        v_opacity = v_oc * comp * (stored ? o * (1.f - o) : 1.f);  // sigmoid' of a logit
+        if (aa) comp = compensation_of(sp);
+        filt = filter_factor(sp, var);
+        v_comp = v_oc * o * filt;
+        v_filt = v_oc * o * comp;
+        v_opacity = v_oc * comp * filt * (stored ? o * (1.f - o) : 1.f);  // sigmoid' of a logit
       }
-      splat_backward<AA>(cam, sp, means + gid * 3, sh_degree, row, conics + idx * 3,
-                         v_means2d + idx * 2, v_conics + idx * 3, vf, v_depth, comp, v_comp,
-                         v_mean, v_quat, v_scale, v_rgb);
-      if (stored) {  // d exp(v) / dv = exp(v)
+      splat_backward(OC && aa, cam, sp, means + gid * 3, sh_degree, row, conics + idx * 3,
+                     v_means2d + idx * 2, v_conics + idx * 3, vf, v_depth, comp, v_comp, v_mean,
+                     v_quat, v_scale, v_rgb);
+      if (OC && var > 0.f) {
+        // s = sqrt(s_raw^2 + var): ds / ds_raw = s_raw / s; the factor's
+        // d filt / ds_raw = filt var / (s_raw s^2), so d filt / d log s_raw = filt var / s^2.
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+          const float from_shape = v_scale[i] * sp.s_raw[i] / sp.s[i];
+          const float from_factor = v_filt * filt * var / (sp.s[i] * sp.s[i]);  // per log s_raw
+          if (stored)  // d exp(v) / dv = exp(v)
+            v_scale[i] = from_shape * sp.s_raw[i] + from_factor;
+          else
+            v_scale[i] = from_shape + (sp.s_raw[i] > 0.f ? from_factor / sp.s_raw[i] : 0.f);
+        }
+      } else if (stored) {  // d exp(v) / dv = exp(v)
 #pragma unroll
         for (int i = 0; i < 3; ++i) v_scale[i] *= sp.s[i];
       }
@@ -290,7 +306,7 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
     for (int i = 0; i < 4; ++i) put(v_quats + gid * 4 + i, v_quat[i], atomic);
 #pragma unroll
     for (int i = 0; i < 3; ++i) put(v_scales + gid * 3 + i, v_scale[i], atomic);
-    if constexpr (AA) put(v_opacities + gid, v_opacity, atomic);
+    if constexpr (OC) put(v_opacities + gid, v_opacity, atomic);
     if (sh_degree < 0) {
 #pragma unroll
       for (int ch = 0; ch < 3; ++ch) put(v_head + gid * 3 + ch, v_rgb[ch], atomic);
@@ -309,15 +325,18 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
 void launch_project_backward(
     bool antialiased, int64_t c, int64_t n, const float* means, const float* quats,
     const float* scales, const float* opacities, const float* v_opacities_cam,
-    float* v_opacities, bool stored, const Coeffs& cf, int64_t sh_degree, const float* viewmats,
-    const float* Ks, int64_t width, int64_t height, double near_plane, double far_plane,
-    const int* radii, const float* conics, const float* v_means2d, const float* v_conics,
-    const float* v_feats, int64_t channels, const float* v_depths, float* v_means,
-    float* v_quats, float* v_scales, float* v_head, float* v_rest, cudaStream_t stream) {
+    float* v_opacities, const float* var3d, bool stored, const Coeffs& cf, int64_t sh_degree,
+    const float* viewmats, const float* Ks, int64_t width, int64_t height, double near_plane,
+    double far_plane, const int* radii, const float* conics, const float* v_means2d,
+    const float* v_conics, const float* v_feats, int64_t channels, const float* v_depths,
+    float* v_means, float* v_quats, float* v_scales, float* v_head, float* v_rest,
+    cudaStream_t stream) {
   const size_t smem = sh_degree >= 0 ? kThreads * ((sh_degree + 1) * (sh_degree + 1) * 3 + 1) * 4 : 0;
-  auto kernel = antialiased ? project_backward_kernel<true> : project_backward_kernel<false>;
+  const bool oc = antialiased || var3d != nullptr;
+  auto kernel = oc ? project_backward_kernel<true> : project_backward_kernel<false>;
   kernel<<<blocks_for(c * n, kThreads), kThreads, smem, stream>>>(
-      c, n, means, quats, scales, opacities, v_opacities_cam, v_opacities, stored, cf, sh_degree,
+      c, n, means, quats, scales, opacities, v_opacities_cam, v_opacities, antialiased, var3d,
+      stored, cf, sh_degree,
       viewmats, Ks, width, height, near_plane, far_plane, radii, conics, v_means2d, v_conics,
       v_feats, channels, v_depths, v_means, v_quats, v_scales, v_head, v_rest);
 }

@@ -65,20 +65,23 @@ __device__ __forceinline__ void report(int* problems, int bits) {
   if (bits != 0) atomicOr(problems, bits);
 }
 
-// AA: antialiased mode; opacities_cam [C, N] receives each splat's compensated opacity
-// (activated), which binning and rasterization then read in place of opacities [N].
-// At least 9 blocks per SM: at most 56 registers, as before the value checks (the
-// antialiased kernel otherwise takes 63 and loses an eighth of its occupancy).
-template <bool AA>
-__global__ void __launch_bounds__(kThreads, 9) project_forward_kernel(
+// OC: opacities per camera. opacities_cam [C, N] receives each splat's activated opacity
+// times its antialiasing compensation (aa) and its 3D filter factor (var3d [N], the
+// filter's variances, or null), which binning and rasterization then read in place of
+// opacities [N] (the launcher takes OC whenever var3d is given).
+// Classic: at least 9 blocks per SM, at most 56 registers, as before the value checks. OC
+// (compensation and filter factor on top): 8 blocks, 64 registers (at 56 it spilled 44 bytes).
+template <bool OC>
+__global__ void __launch_bounds__(kThreads, OC ? 8 : 9) project_forward_kernel(
     int num_cams, int n, const float* __restrict__ means, const float* __restrict__ quats,
     const float* __restrict__ scales, const float* __restrict__ opacities, bool stored,
     Coeffs cf, int sh_degree,
     const float* __restrict__ viewmats, const float* __restrict__ Ks, int width, int height,
     float near_plane, float far_plane, float* __restrict__ means2d, float* __restrict__ conics,
     float* __restrict__ depths, int* __restrict__ radii, float* __restrict__ feats, int channels,
-    int* __restrict__ tiles, float* __restrict__ opacities_cam,
-    const float* __restrict__ backgrounds, int* __restrict__ problems) {
+    int* __restrict__ tiles, float* __restrict__ opacities_cam, bool aa,
+    const float* __restrict__ var3d, const float* __restrict__ backgrounds,
+    int* __restrict__ problems) {
   const int64_t total = (int64_t)num_cams * n;
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   // problems (null: no checks): thread c checks camera c, the threads of camera 0 every
@@ -102,17 +105,19 @@ __global__ void __launch_bounds__(kThreads, 9) project_forward_kernel(
   conics[idx * 3] = conics[idx * 3 + 1] = conics[idx * 3 + 2] = 0.f;
   float* feat = feats + idx * channels;
   for (int ch = 0; ch < channels; ++ch) feat[ch] = 0.f;
-  if constexpr (AA) opacities_cam[idx] = 0.f;
+  if constexpr (OC) opacities_cam[idx] = 0.f;
 
   Splat sp;
-  const bool ok = compute_splat(cam, means + gid * 3, quats + gid * 4, scales + gid * 3, stored,
-                                width, height, near_plane, far_plane, sp);
+  float var = 0.f;
+  if constexpr (OC) var = var3d != nullptr ? var3d[gid] : 0.f;
+  const bool ok = compute_splat(cam, means + gid * 3, quats + gid * 4, scales + gid * 3, var,
+                                stored, width, height, near_plane, far_plane, sp);
   depths[idx] = sp.p[2];
   if (!ok) return;
   float r2;
   float opacity = opacity_of(opacities[gid], stored);
   // The culling and the box use the opacity the rasterizer will blend with (as gsplat).
-  if constexpr (AA) opacity *= compensation_of(sp);
+  if constexpr (OC) opacity *= (aa ? compensation_of(sp) : 1.f) * filter_factor(sp, var);
   if (!extent2(opacity, &r2)) return;
   const float rz = 1.f / sp.p[2];
   const float mx = cam.fx * sp.p[0] * rz + cam.cx;
@@ -136,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 9) project_forward_kernel(
   conics[idx * 3] = A;
   conics[idx * 3 + 1] = B;
   conics[idx * 3 + 2] = Cc;
-  if constexpr (AA) opacities_cam[idx] = opacity;
+  if constexpr (OC) opacities_cam[idx] = opacity;
   if (channels == 4) feat[3] = sp.p[2];
 
   if (sh_degree < 0) {
@@ -169,12 +174,13 @@ void launch_project_forward(
     const Coeffs& cf, int64_t sh_degree, const float* viewmats, const float* Ks, int64_t width,
     int64_t height, double near_plane, double far_plane, float* means2d, float* conics,
     float* depths, int* radii, float* feats, int channels, int* tiles, float* opacities_cam,
-    const float* backgrounds, int* problems, cudaStream_t stream) {
-  auto kernel = antialiased ? project_forward_kernel<true> : project_forward_kernel<false>;
+    const float* var3d, const float* backgrounds, int* problems, cudaStream_t stream) {
+  const bool oc = antialiased || var3d != nullptr;
+  auto kernel = oc ? project_forward_kernel<true> : project_forward_kernel<false>;
   kernel<<<blocks_for(threads, kThreads), kThreads, 0, stream>>>(
       c, n, means, quats, scales, opacities, stored, cf, sh_degree, viewmats, Ks, width, height,
       near_plane, far_plane, means2d, conics, depths, radii, feats, channels, tiles,
-      opacities_cam, backgrounds, problems);
+      opacities_cam, antialiased, var3d, backgrounds, problems);
 }
 
 }  // namespace gsnb

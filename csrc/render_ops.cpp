@@ -27,6 +27,16 @@ namespace {
 
 // The coefficients as the kernels read them: coeffs alone ([N, 3] RGB or [N, K, 3]), or
 // coeffs [N, K0, 3] followed by rest [N, KR, 3].
+// The 3D filter's variances [N] (optional): their data, or null without them.
+const float* filter_data(const std::optional<at::Tensor>& filter3d, const at::Tensor& means,
+                         const char* who) {
+  if (!filter3d.has_value() || !filter3d->defined()) return nullptr;
+  check_input(*filter3d, means.device(), who, "filter3d");
+  TORCH_CHECK(filter3d->dim() == 1 && filter3d->size(0) == means.size(0), who,
+              ": filter3d must be [N] with N = ", means.size(0), ", got ", filter3d->sizes());
+  return filter3d->data_ptr<float>();
+}
+
 Coeffs coeffs_view(const at::Tensor& coeffs, const std::optional<at::Tensor>& rest) {
   const bool split = rest.has_value() && rest->defined() && rest->numel() > 0;
   if (split) {
@@ -47,10 +57,13 @@ std::vector<at::Tensor> project_forward(
     const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
     const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
     double near_plane, double far_plane, int64_t sh_degree, bool with_depth, bool stored,
-    bool antialiased, const std::optional<at::Tensor>& backgrounds, bool check_values) {
+    bool antialiased, const std::optional<at::Tensor>& backgrounds, bool check_values,
+    const std::optional<at::Tensor>& filter3d) {
   const c10::cuda::OptionalCUDAGuard guard(means.device());
   const int64_t n = means.size(0), c = viewmats.size(0);
   const Coeffs cf = coeffs_view(coeffs, rest);
+  const float* var3d = filter_data(filter3d, means, "project");
+  const bool per_camera = antialiased || var3d != nullptr;
   const bool has_bg = backgrounds.has_value() && backgrounds->defined();
   if (has_bg) {
     check_input(*backgrounds, means.device(), "project", "backgrounds");
@@ -65,7 +78,7 @@ std::vector<at::Tensor> project_forward(
   auto feats = at::empty({c, n, channels}, f);
   auto radii = at::empty({c, n, 2}, f.dtype(at::kInt));
   auto tiles = at::empty({c, n}, f.dtype(at::kInt));
-  auto opacities_cam = antialiased ? at::empty({c, n}, f) : at::empty({0}, f);
+  auto opacities_cam = per_camera ? at::empty({c, n}, f) : at::empty({0}, f);
   // Zeroed by a fill on the stream; nothing on the host waits for it.
   auto problems = at::zeros({check_values ? 1 : 0}, f.dtype(at::kInt));
   // With checks, one thread per camera at least (the cameras are checked with no Gaussian).
@@ -78,7 +91,7 @@ std::vector<at::Tensor> project_forward(
         viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height, near_plane, far_plane,
         means2d.data_ptr<float>(), conics.data_ptr<float>(), depths.data_ptr<float>(),
         radii.data_ptr<int>(), feats.data_ptr<float>(), channels, tiles.data_ptr<int>(),
-        antialiased ? opacities_cam.data_ptr<float>() : nullptr,
+        per_camera ? opacities_cam.data_ptr<float>() : nullptr, var3d,
         check_values && has_bg ? backgrounds->data_ptr<float>() : nullptr,
         check_values ? problems.data_ptr<int>() : nullptr, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -93,10 +106,12 @@ std::vector<at::Tensor> project_backward(
     double near_plane, double far_plane, int64_t sh_degree, const at::Tensor& radii,
     const at::Tensor& conics, const at::Tensor& v_means2d, const at::Tensor& v_conics,
     const at::Tensor& v_feats, const at::Tensor& v_depths, const at::Tensor& v_opacities_cam,
-    bool stored, bool antialiased) {
+    bool stored, bool antialiased, const std::optional<at::Tensor>& filter3d) {
   const c10::cuda::OptionalCUDAGuard guard(means.device());
   const int64_t n = means.size(0), c = viewmats.size(0);
   const Coeffs cf = coeffs_view(coeffs, rest);
+  const float* var3d = filter_data(filter3d, means, "project_backward");
+  const bool per_camera = antialiased || var3d != nullptr;
   // One camera: the kernel writes every entry; several: atomics into zeroed buffers.
   auto alloc = [&](const at::Tensor& t) { return c > 1 ? at::zeros_like(t) : at::empty_like(t); };
   auto v_means = alloc(means);
@@ -105,18 +120,19 @@ std::vector<at::Tensor> project_backward(
   auto v_coeffs = alloc(coeffs);
   // An empty rest [N, 0, 3] gets its (empty) gradient too; no rest, an unused placeholder.
   auto v_rest = rest.has_value() && rest->defined() ? alloc(*rest) : at::empty({0}, means.options());
-  if (antialiased)
+  if (per_camera)
     TORCH_CHECK(v_opacities_cam.numel() == c * n && opacities.numel() == n,
-                "project_backward: antialiased mode needs opacities [N] and v_opacities_cam "
-                "[C, N], got ", opacities.sizes(), " and ", v_opacities_cam.sizes());
-  auto v_opacities = antialiased ? alloc(opacities) : at::empty({0}, means.options());
+                "project_backward: the antialiased mode and the 3D filter need opacities [N] "
+                "and v_opacities_cam [C, N], got ", opacities.sizes(), " and ",
+                v_opacities_cam.sizes());
+  auto v_opacities = per_camera ? alloc(opacities) : at::empty({0}, means.options());
   if (c * n > 0) {
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     launch_project_backward(
         antialiased, c, n, means.data_ptr<float>(), quats.data_ptr<float>(),
-        scales.data_ptr<float>(), antialiased ? opacities.data_ptr<float>() : nullptr,
-        antialiased ? v_opacities_cam.data_ptr<float>() : nullptr,
-        antialiased ? v_opacities.data_ptr<float>() : nullptr, stored, cf, sh_degree,
+        scales.data_ptr<float>(), per_camera ? opacities.data_ptr<float>() : nullptr,
+        per_camera ? v_opacities_cam.data_ptr<float>() : nullptr,
+        per_camera ? v_opacities.data_ptr<float>() : nullptr, var3d, stored, cf, sh_degree,
         viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height, near_plane, far_plane,
         radii.data_ptr<int>(), conics.data_ptr<float>(), v_means2d.data_ptr<float>(),
         v_conics.data_ptr<float>(), v_feats.data_ptr<float>(), v_feats.size(-1),

@@ -23,7 +23,8 @@ std::vector<at::Tensor> train_forward_backward(
     const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
     double near_plane, double far_plane, int64_t sh_degree,
     const std::optional<at::Tensor>& backgrounds, const at::Tensor& target, int64_t pad,
-    double sigma, double c1, double c2, double lambda, bool absgrad) {
+    double sigma, double c1, double c2, double lambda, bool absgrad, bool antialiased,
+    const std::optional<at::Tensor>& filter3d) {
   const char* who = "train_forward_backward";
   const auto device = means.device();
   check_input(target, device, who, "target");
@@ -34,18 +35,22 @@ std::vector<at::Tensor> train_forward_backward(
               who, ": target must be [1, ", height, ", ", width, ", 3], got ", target.sizes());
   const c10::cuda::OptionalCUDAGuard guard(device);
 
-  // Forward: projection with SH colours, binning, compositing over the background.
+  // Forward: projection with SH colours, binning, compositing over the background. In the
+  // antialiased mode or through the 3D filter the splats blend with the projection's
+  // opacities [1, N] (activated, per camera); otherwise the rasterizer reads the logits.
+  const bool per_camera = antialiased || (filter3d.has_value() && filter3d->defined());
   auto proj = project_forward(means, quats, scales, opacities, sh0, shN, viewmats, Ks, width,
                               height, near_plane, far_plane, sh_degree, /*with_depth=*/false,
-                              /*stored=*/true, /*antialiased=*/false, std::nullopt,
-                              /*check_values=*/false);
+                              /*stored=*/true, antialiased, std::nullopt,
+                              /*check_values=*/false, filter3d);
   const at::Tensor &means2d = proj[0], &conics = proj[1], &depths = proj[2], &radii = proj[3],
                    &feats = proj[4], &tiles = proj[5];
-  auto bins = bin_splats(means2d, conics, opacities, depths, radii, tiles, width, height,
-                         /*stored=*/true);
+  const at::Tensor& blend = per_camera ? proj[6] : opacities;
+  const bool logits = !per_camera;
+  auto bins = bin_splats(means2d, conics, blend, depths, radii, tiles, width, height, logits);
   const at::Tensor &offsets = bins[0], &flat_ids = bins[1];
-  auto image = rasterize_forward(means2d, conics, feats, opacities, offsets, flat_ids, width,
-                                 height, backgrounds, /*stored=*/true);
+  auto image = rasterize_forward(means2d, conics, feats, blend, offsets, flat_ids, width, height,
+                                 backgrounds, logits);
   const at::Tensor &rgb = image[0], &depth = image[1], &alpha = image[2], &last_ids = image[3];
 
   // The loss and its gradient with respect to the render (d loss / d loss = 1).
@@ -55,18 +60,20 @@ std::vector<at::Tensor> train_forward_backward(
   auto v_rgb = photometric_backward(rgb, target, loss[1], loss[2], loss[3], pad, sigma, lambda,
                                     one, std::nullopt, std::nullopt, std::nullopt);
 
-  // Backward: compositing, then projection (the opacity logits' gradient is the
-  // rasterizer's: the projection reads no opacities in the classic mode).
+  // Backward: compositing, then projection. Classic without the filter, the opacity
+  // logits' gradient is the rasterizer's (the projection reads no opacities); otherwise the
+  // projection takes the per-camera opacities' gradient back to the logits and the shapes.
   const at::Tensor none = at::empty({0}, means.options());
-  auto raster = rasterize_backward(means2d, conics, feats, opacities, offsets, flat_ids, width,
+  auto raster = rasterize_backward(means2d, conics, feats, blend, offsets, flat_ids, width,
                                    height, alpha, depth, last_ids, v_rgb, none, none, absgrad,
-                                   backgrounds, /*stored=*/true);
-  const at::Tensor &v_means2d = raster[0], &v_conics = raster[1], &v_feats = raster[2],
-                   &v_opacities = raster[3];
-  auto grads = project_backward(means, quats, scales, none, sh0, shN, viewmats, Ks, width, height,
-                                near_plane, far_plane, sh_degree, radii, conics, v_means2d,
-                                v_conics, v_feats, none, none, /*stored=*/true,
-                                /*antialiased=*/false);
+                                   backgrounds, logits);
+  const at::Tensor &v_means2d = raster[0], &v_conics = raster[1], &v_feats = raster[2];
+  auto grads = project_backward(means, quats, scales, per_camera ? opacities : none, sh0, shN,
+                                viewmats, Ks, width, height, near_plane, far_plane, sh_degree,
+                                radii, conics, v_means2d, v_conics, v_feats, none,
+                                per_camera ? raster[3] : none, /*stored=*/true, antialiased,
+                                filter3d);
+  const at::Tensor& v_opacities = per_camera ? grads[5] : raster[3];
   const at::Tensor sums = absgrad ? raster[4] : none;
   return {stats,    grads[0], grads[1],  grads[2], v_opacities, grads[3],
           grads[4], means2d,  v_means2d, radii,    sums};

@@ -114,17 +114,20 @@ def project_forward(
     antialiased: bool,
     backgrounds: Tensor | None = None,  # [C, 3], checked only (with check_values)
     check_values: bool = False,
+    filter3d: Tensor | None = None,  # [N] the 3D filter's variances, or None
 ) -> list[Tensor]:
     """EWA projection, colours and tile counts: ``[means2d [C, N, 2], conics [C, N, 3],
     depths [C, N], radii [C, N, 2] int32, feats [C, N, 3 or 4 with depth], tiles [C, N] int32,
     opacities_cam, problems]``; ``opacities_cam`` ``[C, N]`` is each splat's opacity times its
-    compensation when ``antialiased``, else empty; ``problems`` ``[1]`` int32 holds a bit per
-    kind of bad value found when ``check_values`` (:data:`gsnb.raster.validate.PROBLEM_BITS`),
-    else it is empty.
+    compensation when ``antialiased`` and its 3D filter factor with ``filter3d`` (the scales
+    then drawn as ``sqrt(scales^2 + filter3d)``, :func:`gsnb.train.filter3d.apply_filter3d`),
+    else empty; ``problems`` ``[1]`` int32 holds a bit per kind of bad value found when
+    ``check_values`` (:data:`gsnb.raster.validate.PROBLEM_BITS`), else it is empty.
     """
     return require().project_forward(
         means, quats, scales, opacities, coeffs, rest, viewmats, Ks, width, height, near_plane,
         far_plane, sh_degree, with_depth, stored, antialiased, backgrounds, check_values,
+        filter3d,
     )  # fmt: skip
 
 
@@ -149,17 +152,18 @@ def project_backward(
     v_conics: Tensor,  # [C, N, 3]
     v_feats: Tensor,  # [C, N, 3 or 4]
     v_depths: Tensor,  # [C, N], or empty: zero
-    v_opacities_cam: Tensor,  # [C, N] when antialiased, else empty
+    v_opacities_cam: Tensor,  # [C, N] when antialiased or with filter3d, else empty
     stored: bool,
     antialiased: bool,
+    filter3d: Tensor | None = None,  # [N] the 3D filter's variances, or None
 ) -> list[Tensor]:
     """Gradients of :func:`project_forward`: ``[v_means, v_quats, v_scales, v_coeffs, v_rest,
     v_opacities]`` (``v_rest`` empty without ``rest``, ``v_opacities`` ``[N]`` empty unless
-    ``antialiased``)."""
+    ``antialiased`` or ``filter3d``)."""
     return require().project_backward(
         means, quats, scales, opacities, coeffs, rest, viewmats, Ks, width, height, near_plane,
         far_plane, sh_degree, radii, conics, v_means2d, v_conics, v_feats, v_depths,
-        v_opacities_cam, stored, antialiased,
+        v_opacities_cam, stored, antialiased, filter3d,
     )  # fmt: skip
 
 
@@ -372,12 +376,16 @@ def train_forward_backward(
     c2: float,
     lam: float,
     absgrad: bool,
+    antialiased: bool = False,
+    filter3d: Tensor | None = None,  # [N] the 3D filter's variances, or None
 ) -> list[Tensor]:
-    """A training step's render (:func:`gsnb.render_splats`, classic, no depth), photometric
-    loss and gradients in one call: ``[stats [4] (loss, L1, SSIM, MSE), v_means, v_quats,
-    v_scales, v_opacities, v_sh0, v_shN, means2d [1, N, 2], v_means2d [1, N, 2], radii
-    [1, N, 2] int32, absgrad [1, N, 2] (empty unless absgrad)]``."""
+    """A training step's render (:func:`gsnb.render_splats`, classic or ``antialiased``,
+    through the 3D filter's variances ``filter3d``, no depth), photometric loss and gradients
+    in one call: ``[stats [4] (loss, L1, SSIM, MSE), v_means, v_quats, v_scales, v_opacities,
+    v_sh0, v_shN, means2d [1, N, 2], v_means2d [1, N, 2], radii [1, N, 2] int32, absgrad
+    [1, N, 2] (empty unless absgrad)]``."""
     return require().train_forward_backward(
         means, quats, scales, opacities, sh0, shN, viewmats, Ks, width, height, near_plane,
         far_plane, sh_degree, backgrounds, target, pad, sigma, c1, c2, lam, absgrad,
+        antialiased, filter3d,
     )  # fmt: skip

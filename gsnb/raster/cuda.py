@@ -70,7 +70,7 @@ class _Project(torch.autograd.Function):
             rest=rest, viewmats=viewmats, Ks=Ks, width=frame.width, height=frame.height,
             near_plane=frame.near_plane, far_plane=frame.far_plane, sh_degree=frame.sh_degree,
             with_depth=frame.with_depth, stored=frame.stored, antialiased=frame.antialiased,
-            backgrounds=checked_backgrounds, check_values=frame.check_values,
+            backgrounds=checked_backgrounds, check_values=frame.check_values, filter3d=None,
         )  # fmt: skip
         means2d, conics, depths, radii, feats, tiles, opacities_cam, problems = outs
         ctx.save_for_backward(
@@ -105,7 +105,7 @@ class _Project(torch.autograd.Function):
             v_feats=_grad(v_feats, (*radii.shape[:2], channels), radii),
             v_depths=_grad(v_depths, None, radii),
             v_opacities_cam=_grad(v_opac, radii.shape[:2] if aa else None, radii),
-            stored=frame.stored, antialiased=aa,
+            stored=frame.stored, antialiased=aa, filter3d=None,
         )  # fmt: skip
         needs = ctx.needs_input_grad
         return (

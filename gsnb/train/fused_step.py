@@ -6,9 +6,11 @@ each launched from Python through an autograd function. On the GPU that Python, 
 kernels, bounds the step. :func:`forward_backward` runs the same entry points of the
 extension in the same order from C++ (``csrc/step_ops.cpp``) and leaves each parameter's
 gradient in ``.grad``, as ``loss.backward()`` would. It stands in for the autograd path
-of one view in the classic mode with nothing between the render and the loss (no exposure
-or pose correction, no 3D filter), which :class:`~gsnb.train.Trainer` decides;
-:func:`applies` says whether the kernels take the tensors.
+of one view, classic or antialiased, with or without the 3D filter (whose widening the
+projection kernels apply, :func:`gsnb.train.filter3d.apply_filter3d`'s arithmetic), with
+nothing between the render and the loss (no exposure or pose correction), which
+:class:`~gsnb.train.Trainer` decides; :func:`applies` says whether the kernels take the
+tensors.
 """
 
 from __future__ import annotations
@@ -74,12 +76,16 @@ def forward_backward(
     target: Tensor,
     ssim_lambda: float,
     absgrad: bool = False,
+    antialiased: bool = False,
+    filter3d: Tensor | None = None,
 ) -> StepGrads:
     """Render ``splats`` (as :class:`~gsnb.model.GaussianModel` stores them) from one camera,
     score the render against ``target`` and set each parameter's ``.grad``.
 
     The same as ``render_splats(splats, viewmat, K, width, height, sh_degree=sh_degree,
-    backgrounds=background, absgrad=absgrad, check_values=False, with_depth=False)``, then
+    backgrounds=background, absgrad=absgrad, check_values=False, with_depth=False,
+    rasterize_mode="antialiased" if antialiased else "classic")`` of the Gaussians through
+    :func:`~gsnb.train.filter3d.apply_filter3d` (with ``filter3d``), then
     ``photometric_terms(out.rgb[0], target, ssim_lambda)[0].backward()`` with ``.grad``
     cleared first; needs what :func:`applies` checks.
 
@@ -94,6 +100,8 @@ def forward_backward(
         target: ``[height, width, 3]`` the photo.
         ssim_lambda: the weight of ``1 - SSIM`` in the loss.
         absgrad: also sum the absolute screen-space gradients (AbsGS).
+        antialiased: gsplat's ``rasterize_mode="antialiased"`` (Mip-Splatting's 2D filter).
+        filter3d: ``[N]`` the 3D filter's variances (``Filter3D.variances``), or None.
 
     Example:
         >>> import torch
@@ -115,7 +123,8 @@ def forward_backward(
         width=int(width), height=int(height), near_plane=NEAR_PLANE, far_plane=FAR_PLANE,
         sh_degree=int(sh_degree), backgrounds=bg, target=target.reshape(1, height, width, 3),
         pad=pad, sigma=SSIM_SIGMA, c1=SSIM_C1, c2=SSIM_C2, lam=float(ssim_lambda),
-        absgrad=absgrad,
+        absgrad=absgrad, antialiased=antialiased,
+        filter3d=None if filter3d is None else filter3d.detach().float().contiguous(),
     )  # fmt: skip
     stats, *grads = outs[:7]
     means2d, v_means2d, radii, sums = outs[7:]

@@ -410,6 +410,8 @@ class Trainer(TrainingControl):
                 fused = fused_step.forward_backward(
                     self.model.splats, viewmat, K, width, height, degree, bg, target,
                     cfg.ssim_lambda, self.strategy.absgrad,
+                    antialiased=cfg.rasterize_mode == "antialiased",
+                    filter3d=self._filter3d_variances(),
                 )  # fmt: skip
                 info |= {"means2d": fused.means2d, "radii": fused.radii, "absgrad": fused.absgrad}
             else:
@@ -832,12 +834,12 @@ class Trainer(TrainingControl):
 
     def _fuses(self, index: int, target: Tensor) -> bool:
         """Whether view ``index``'s step runs through :func:`fused_step.forward_backward`:
-        gsnb's own renderer on the CUDA backend, the classic mode without the 3D filter,
+        gsnb's own renderer on the CUDA backend (either mode, with or without the 3D filter),
         nothing between the render and the loss, and tensors the fused kernels take."""
         cfg = self.config
         if not self.fused_step or self.renderer is not self.default_renderer:
             return False
-        if cfg.backend == "reference" or cfg.rasterize_mode != "classic" or cfg.filter3d:
+        if cfg.backend == "reference":
             return False
         return self.corrections.passes(index) and fused_step.applies(self.model.splats, target)
 

@@ -17,6 +17,7 @@ import torch
 
 import gsnb
 from gsnb.train import TrainConfig, Trainer, fused_step
+from gsnb.train.filter3d import apply_filter3d
 from gsnb.train.health import TrainingHealthWarning
 from gsnb.train.losses import photometric_terms
 from gsnb.train.rendering import BackendRenderer
@@ -44,7 +45,13 @@ def autograd_step(splats, viewmat, K, degree, background, target, lam, absgrad, 
         params, viewmat[None].to(dtype), K[None].to(dtype), WIDTH, HEIGHT, sh_degree=degree,
         backgrounds=bg, absgrad=absgrad, check_values=False, with_depth=False, backend=backend,
     )  # fmt: skip
-    loss, l1, ssim, mse = photometric_terms(out.rgb[0], target.to(dtype), lam)
+    return backward_of(out, params, target.to(dtype), lam)
+
+
+def backward_of(out, params, target, lam):
+    """The photometric loss of ``out`` against ``target`` and its backward pass: ``(stats [4],
+    the gradients of params and of the projected centres, out)``."""
+    loss, l1, ssim, mse = photometric_terms(out.rgb[0], target, lam)
     loss.backward()
     grads = {k: params[k].grad for k in STORED}
     grads["means2d"] = out.meta.means2d.grad
@@ -94,6 +101,82 @@ def test_fused_step_matches_the_float64_reference(cuda_ext):
     assert max(errors.values()) < REFERENCE_TOL, errors
 
 
+def variances_for(splats, seed: int = 0) -> torch.Tensor:
+    """3D filter variances ``[N]`` of the size of the Gaussians' squared scales (0.1x to 2x),
+    a quarter of them 0 (no camera sees those)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed + 7)
+    n = splats["means"].shape[0]
+    size = splats["scales"].exp().mean(-1) ** 2
+    variances = size * (0.1 + 1.9 * torch.rand(n, generator=gen, device="cuda"))
+    return torch.where(torch.rand(n, generator=gen, device="cuda") < 0.25, 0.0, variances)
+
+
+def filtered_autograd_step(
+    splats, viewmat, K, degree, background, target, variances, mode, dtype, backend
+):
+    """The trainer's autograd path with the 3D filter: activated parameters through
+    ``apply_filter3d``, then ``gsnb.render`` in ``mode``, the loss and its backward."""
+    params = {k: v.to(dtype).clone().requires_grad_(True) for k, v in splats.items()}
+    scales, opacities = apply_filter3d(
+        params["scales"].exp(), torch.sigmoid(params["opacities"]), variances.to(dtype)
+    )
+    colors = torch.cat([params["sh0"], params["shN"]], dim=1)
+    bg = None if background is None else background.to(dtype)
+    out = gsnb.render(
+        params["means"], params["quats"], scales, opacities, colors, viewmat[None].to(dtype),
+        K[None].to(dtype), WIDTH, HEIGHT, sh_degree=degree, backgrounds=bg, backend=backend,
+        with_depth=False, check_values=False, rasterize_mode=mode,
+    )  # fmt: skip
+    return backward_of(out, params, target.to(dtype), 0.2)
+
+
+@pytest.mark.parametrize(
+    ("mode", "with_filter"),
+    [("antialiased", False), ("classic", True), ("antialiased", True)],
+)
+def test_fused_step_in_either_mode_and_through_the_3d_filter(cuda_ext, mode, with_filter):
+    # Against the float64 reference: the filter's widening and opacity factor computed in
+    # the projection kernels, their gradients folded into the log-scales' and logits'.
+    splats, viewmats, Ks, target = inputs(3, seed=2)
+    bg = torch.tensor([0.1, 0.4, 0.7], device="cuda")
+    variances = variances_for(splats) if with_filter else torch.zeros_like(splats["opacities"])
+    stats_r, grads_r, _ = filtered_autograd_step(
+        splats, viewmats[0], Ks[0], 3, bg, target, variances, mode, torch.float64, "reference"
+    )
+    params = {k: v.clone().requires_grad_(True) for k, v in splats.items()}
+    got = fused_step.forward_backward(
+        params, viewmats[0], Ks[0], WIDTH, HEIGHT, 3, bg, target, 0.2,
+        antialiased=mode == "antialiased", filter3d=variances if with_filter else None,
+    )  # fmt: skip
+    assert rel_err(got.stats, stats_r) < 1e-4
+    assert (got.radii > 0).sum() > 100
+    errors = {k: rel_err(params[k].grad, grads_r[k]) for k in STORED}
+    errors["means2d"] = rel_err(got.means2d.grad, grads_r["means2d"])
+    print({k: f"{v:.1e}" for k, v in errors.items()})
+    assert max(errors.values()) < REFERENCE_TOL, errors
+
+
+def test_the_3d_filter_changes_the_fused_step(cuda_ext):
+    # The filter is applied, not ignored: its step differs from the unfiltered one, and
+    # zero variances give the unfiltered step (through the per-camera opacities' path).
+    splats, viewmats, Ks, target = inputs(1, seed=3)
+    results = {}
+    for name, variances in [
+        ("none", None),
+        ("zero", torch.zeros_like(splats["opacities"])),
+        ("filter", variances_for(splats, seed=3)),
+    ]:
+        params = {k: v.clone().requires_grad_(True) for k, v in splats.items()}
+        got = fused_step.forward_backward(
+            params, viewmats[0], Ks[0], WIDTH, HEIGHT, 1, None, target, 0.2, filter3d=variances
+        )
+        results[name] = (got.stats, params["scales"].grad, params["opacities"].grad)
+    for a, b in zip(results["none"], results["zero"], strict=True):
+        assert rel_err(b, a) < GRAD_TOL
+    assert rel_err(results["filter"][0], results["none"][0]) > 1e-3
+    assert rel_err(results["filter"][1], results["none"][1]) > 1e-2
+
+
 def test_applies_only_where_the_kernels_take_the_tensors(cuda_ext):
     splats, _, _, target = inputs(1)
     assert fused_step.applies(splats, target)
@@ -126,8 +209,18 @@ def train(data, steps: int, fused: bool, strategy=None, **config) -> tuple[Train
     return trainer, calls
 
 
-@pytest.mark.parametrize("strategy", ["default", "mcmc"])
-def test_trainer_takes_the_fused_step_and_trains_as_autograd_does(cuda_ext, tmp_path, strategy):
+@pytest.mark.parametrize(
+    ("strategy", "config"),
+    [
+        ("default", {}),
+        ("mcmc", {}),
+        ("default", {"filter3d": True}),
+        ("default", {"rasterize_mode": "antialiased", "filter3d": True}),
+    ],
+)
+def test_trainer_takes_the_fused_step_and_trains_as_autograd_does(
+    cuda_ext, tmp_path, strategy, config
+):
     data = build_scene(tmp_path / "scene", size=48, views=4, gaussians=60, points=200)
 
     # MCMC adds its opacity and scale regularisers to the loss: their gradients are added
@@ -135,8 +228,8 @@ def test_trainer_takes_the_fused_step_and_trains_as_autograd_does(cuda_ext, tmp_
     def pick():
         return default.DefaultStrategy(refine_start_iter=1000) if strategy == "default" else "mcmc"
 
-    fused, calls = train(data, 8, True, pick())
-    plain, plain_calls = train(data, 8, False, pick())
+    fused, calls = train(data, 8, True, pick(), **config)
+    plain, plain_calls = train(data, 8, False, pick(), **config)
     assert calls == 8 and plain_calls == 0
     for a, b in zip(fused.history, plain.history, strict=True):
         assert a.loss == pytest.approx(b.loss, rel=1e-3), (a.step, a.loss, b.loss)
@@ -153,8 +246,6 @@ def test_trainer_takes_the_fused_step_and_trains_as_autograd_does(cuda_ext, tmp_
     [
         {"exposure": True},
         {"pose_refine": True},
-        {"filter3d": True},
-        {"rasterize_mode": "antialiased"},
         {"backend": "reference"},
         {"batch_size": 2},
     ],

@@ -51,6 +51,10 @@ SCREEN_MARGIN = 0.15
 """A centre up to this fraction of the image size outside it still counts as seen
 (Mip-Splatting's ``compute_3D_filter``)."""
 
+CHUNK_ELEMENTS = 1 << 22
+"""(camera, Gaussian) pairs projected at once by :func:`filter3d_variances` (a few float
+tensors of this many entries: 16 MiB each)."""
+
 RECOMPUTE_EVERY = 100
 """Steps between recomputations while the Gaussians keep their number (Mip-Splatting: 100)."""
 
@@ -60,8 +64,8 @@ def filter3d_variances(
     means: Tensor,
     viewmats: Tensor,
     Ks: Tensor,
-    widths: Sequence[int],
-    heights: Sequence[int],
+    widths: Sequence[int] | Tensor,
+    heights: Sequence[int] | Tensor,
     near_plane: float = 0.01,
 ) -> Tensor:
     """The 3D filter's variance ``[N]`` of each Gaussian (0 where no camera sees it).
@@ -70,7 +74,8 @@ def filter3d_variances(
         means: ``[N, 3]`` centres in world space.
         viewmats: ``[C, 4, 4]`` world-to-camera matrices of the training cameras.
         Ks: ``[C, 3, 3]`` their intrinsics (the sampling rate uses ``fx``, as Mip-Splatting).
-        widths, heights: the image size of each camera.
+        widths, heights: the image size of each camera (``[C]`` tensors on the device of
+            ``means`` are used as they are).
         near_plane: centres at a depth up to this are not in front of a camera.
 
     Returns:
@@ -79,21 +84,30 @@ def filter3d_variances(
     """
     means = means.detach()
     best = torch.zeros(means.shape[0], dtype=means.dtype, device=means.device)
-    if len(widths) != viewmats.shape[0] or len(heights) != viewmats.shape[0]:
+    cams = viewmats.shape[0]
+    if len(widths) != cams or len(heights) != cams:
         raise ValueError(
-            f"one width and height per camera: {viewmats.shape[0]} cameras, "
+            f"one width and height per camera: {cams} cameras, "
             f"{len(widths)} widths, {len(heights)} heights"
         )
     viewmats, Ks = viewmats.to(means), Ks.to(means)
-    for viewmat, K, width, height in zip(viewmats, Ks, widths, heights, strict=True):
-        p = means @ viewmat[:3, :3].T + viewmat[:3, 3]
-        z = p[:, 2]
+    sizes = torch.stack([torch.as_tensor(widths), torch.as_tensor(heights)], dim=-1).to(means)
+    # Cameras in groups of about CHUNK_ELEMENTS (camera, Gaussian) pairs: a few launches per
+    # group rather than per camera, with memory bounded however many views the capture has.
+    step = max(1, CHUNK_ELEMENTS // max(means.shape[0], 1))
+    for c0 in range(0, cams, step):
+        view, K, size = viewmats[c0 : c0 + step], Ks[c0 : c0 + step], sizes[c0 : c0 + step]
+        # [N, c] camera-space coordinates, one matrix product each
+        x, y, z = (torch.addmm(view[:, i, 3], means, view[:, i, :3].T) for i in range(3))
         zs = z.clamp_min(near_plane)
-        u = K[0, 0] * p[:, 0] / zs + K[0, 2]
-        v = K[1, 1] * p[:, 1] / zs + K[1, 2]
-        seen = (z > near_plane) & (u >= -SCREEN_MARGIN * width) & (u <= (1 + SCREEN_MARGIN) * width)
-        seen &= (v >= -SCREEN_MARGIN * height) & (v <= (1 + SCREEN_MARGIN) * height)
-        best = torch.where(seen, torch.maximum(best, K[0, 0] / zs), best)
+        rate = K[:, 0, 0] / zs
+        u = rate * x + K[:, 0, 2]
+        v = (K[:, 1, 1] / zs) * y + K[:, 1, 2]
+        width, height = size[:, 0], size[:, 1]
+        seen = (z > near_plane) & (u >= -SCREEN_MARGIN * width)
+        seen &= (u <= (1 + SCREEN_MARGIN) * width) & (v >= -SCREEN_MARGIN * height)
+        seen &= v <= (1 + SCREEN_MARGIN) * height
+        best = torch.maximum(best, torch.where(seen, rate, 0.0).amax(dim=1))
     return torch.where(best > 0, FILTER_VARIANCE / best.clamp_min(1e-30) ** 2, 0.0)
 
 
@@ -144,8 +158,8 @@ class Filter3D:
             raise ValueError("the 3D filter needs at least one training view")
         self.viewmats = torch.stack([torch.as_tensor(v.viewmat).float() for v in views]).to(device)
         self.Ks = torch.stack([torch.as_tensor(v.K).float() for v in views]).to(device)
-        self.widths = [int(v.width) for v in views]
-        self.heights = [int(v.height) for v in views]
+        self.widths = torch.tensor([int(v.width) for v in views], device=device)
+        self.heights = torch.tensor([int(v.height) for v in views], device=device)
         self.every = every
         self._means: Tensor | None = None  # the tensor the variances were computed from
         self._step = 0

@@ -11,7 +11,7 @@ import torch
 
 import gsnb
 from gsnb.export.ply import read_ply, write_ply
-from gsnb.train import TrainConfig, Trainer
+from gsnb.train import TrainConfig, Trainer, filter3d
 from gsnb.train.filter3d import (
     Filter3D,
     apply_filter3d,
@@ -48,6 +48,33 @@ def test_variance_is_02_over_the_highest_sampling_rate_squared() -> None:
     assert variances(means, [a]).tolist() == pytest.approx([0.2 / 25**2] * 2)
     assert variances(means, [a, b]).tolist() == pytest.approx([0.2 / 50**2] * 2)
     assert variances(means, [a, b, c]).tolist() == pytest.approx([0.2 / 75**2, 0.2 / 50**2])
+
+
+def test_cameras_in_groups_give_each_cameras_own_rate(monkeypatch) -> None:
+    # Many cameras around the Gaussians, projected in groups of a few (camera, Gaussian)
+    # pairs: the same variances as one camera at a time by the formula.
+    gen = torch.Generator().manual_seed(0)
+    means = torch.randn(50, 3, generator=gen)
+    cams = []
+    for i in range(23):
+        turn = torch.linalg.matrix_exp(torch.tensor(
+            [[0.0, -0.3 * i, 0.1], [0.3 * i, 0.0, -0.2], [-0.1, 0.2, 0.0]]))  # fmt: skip
+        cam = camera(60.0 + 7 * i, z_offset=3.0 + 0.1 * i, size=64 + i)
+        cam.viewmat[:3, :3] = turn
+        cams.append(cam)
+    expected = torch.zeros(50)
+    for c in cams:
+        p = means @ c.viewmat[:3, :3].T + c.viewmat[:3, 3]
+        zs = p[:, 2].clamp_min(0.01)
+        u, v = c.K[0, 0] * p[:, 0] / zs + c.K[0, 2], c.K[1, 1] * p[:, 1] / zs + c.K[1, 2]
+        lo, hi = -0.15 * c.width, 1.15 * c.width
+        seen = (p[:, 2] > 0.01) & (u >= lo) & (u <= hi) & (v >= lo) & (v <= hi)
+        expected = torch.where(seen, torch.maximum(expected, c.K[0, 0] / zs), expected)
+    expected = torch.where(expected > 0, 0.2 / expected.clamp_min(1e-30) ** 2, 0.0)
+    assert (expected > 0).sum() > 25 and (expected == 0).sum() > 0
+    for chunk in (1, 120, 1 << 22):  # one camera, two cameras, all at once
+        monkeypatch.setattr(filter3d, "CHUNK_ELEMENTS", chunk)
+        torch.testing.assert_close(variances(means, cams), expected, rtol=1e-4, atol=0.0)
 
 
 def test_a_gaussian_no_camera_sees_gets_no_filter() -> None:

@@ -23,7 +23,8 @@ namespace gsnb {
 //    backgrounds [C,3] (optional) are only checked here (the rasterizer composites them).
 //    filter3d [N] (optional): Mip-Splatting's 3D filter variances; the scales become
 //    sqrt(scales^2 + filter3d) and opacities_cam [C,N] holds each splat's opacity times
-//    sqrt(prod(scales^2 / (scales^2 + filter3d))) (and the compensation when antialiased).
+//    sqrt(prod(scales^2 / (scales^2 + filter3d))) (and the compensation when antialiased);
+//    a variance that is not positive leaves its Gaussian unfiltered.
 std::vector<at::Tensor> project_forward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
     const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,

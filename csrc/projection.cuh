@@ -115,7 +115,7 @@ __device__ __forceinline__ bool compute_splat(
   sp.b = jc[0][0] * sp.J[1][0] + jc[0][1] * sp.J[1][1] + jc[0][2] * sp.J[1][2];
   sp.c = jc[1][0] * sp.J[1][0] + jc[1][1] * sp.J[1][1] + jc[1][2] * sp.J[1][2] + kLowpass;
   sp.det = sp.a * sp.c - sp.b * sp.b;
-  // Dead code (removed by the compiler) unless the antialiased kernels read it.
+  // Dead code (removed by the compiler) unless the per-camera opacities' kernels read it.
   sp.a_raw = jc[0][0] * sp.J[0][0] + jc[0][1] * sp.J[0][1] + jc[0][2] * sp.J[0][2];
   sp.c_raw = jc[1][0] * sp.J[1][0] + jc[1][1] * sp.J[1][1] + jc[1][2] * sp.J[1][2];
   return sp.det > 0.f;

@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
           if (stored)  // d exp(v) / dv = exp(v)
             v_scale[i] = from_shape * sp.s_raw[i] + from_factor;
           else
-            v_scale[i] = from_shape + (sp.s_raw[i] > 0.f ? from_factor / sp.s_raw[i] : 0.f);
+            v_scale[i] = from_shape + (sp.s_raw[i] != 0.f ? from_factor / sp.s_raw[i] : 0.f);
         }
       } else if (stored) {  // d exp(v) / dv = exp(v)
 #pragma unroll

@@ -25,8 +25,6 @@ namespace gsnb {
 
 namespace {
 
-// The coefficients as the kernels read them: coeffs alone ([N, 3] RGB or [N, K, 3]), or
-// coeffs [N, K0, 3] followed by rest [N, KR, 3].
 // The 3D filter's variances [N] (optional): their data, or null without them.
 const float* filter_data(const std::optional<at::Tensor>& filter3d, const at::Tensor& means,
                          const char* who) {
@@ -37,6 +35,8 @@ const float* filter_data(const std::optional<at::Tensor>& filter3d, const at::Te
   return filter3d->data_ptr<float>();
 }
 
+// The coefficients as the kernels read them: coeffs alone ([N, 3] RGB or [N, K, 3]), or
+// coeffs [N, K0, 3] followed by rest [N, KR, 3].
 Coeffs coeffs_view(const at::Tensor& coeffs, const std::optional<at::Tensor>& rest) {
   const bool split = rest.has_value() && rest->defined() && rest->numel() > 0;
   if (split) {

@@ -38,13 +38,13 @@ std::vector<at::Tensor> train_forward_backward(
   // Forward: projection with SH colours, binning, compositing over the background. In the
   // antialiased mode or through the 3D filter the splats blend with the projection's
   // opacities [1, N] (activated, per camera); otherwise the rasterizer reads the logits.
-  const bool per_camera = antialiased || (filter3d.has_value() && filter3d->defined());
   auto proj = project_forward(means, quats, scales, opacities, sh0, shN, viewmats, Ks, width,
                               height, near_plane, far_plane, sh_degree, /*with_depth=*/false,
                               /*stored=*/true, antialiased, std::nullopt,
                               /*check_values=*/false, filter3d);
   const at::Tensor &means2d = proj[0], &conics = proj[1], &depths = proj[2], &radii = proj[3],
                    &feats = proj[4], &tiles = proj[5];
+  const bool per_camera = proj[6].numel() > 0;  // the projection's own rule (project_forward)
   const at::Tensor& blend = per_camera ? proj[6] : opacities;
   const bool logits = !per_camera;
   auto bins = bin_splats(means2d, conics, blend, depths, radii, tiles, width, height, logits);

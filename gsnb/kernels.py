@@ -136,7 +136,7 @@ def project_backward(
     means: Tensor,  # [N, 3]
     quats: Tensor,  # [N, 4]
     scales: Tensor,  # [N, 3]
-    opacities: Tensor,  # [N] (read when antialiased)
+    opacities: Tensor,  # [N] (read when antialiased or with filter3d)
     coeffs: Tensor,  # [N, 3] or [N, K, 3]
     rest: Tensor | None,  # [N, K-1, 3] or None
     viewmats: Tensor,  # [C, 4, 4]

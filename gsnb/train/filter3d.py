@@ -74,8 +74,8 @@ def filter3d_variances(
         means: ``[N, 3]`` centres in world space.
         viewmats: ``[C, 4, 4]`` world-to-camera matrices of the training cameras.
         Ks: ``[C, 3, 3]`` their intrinsics (the sampling rate uses ``fx``, as Mip-Splatting).
-        widths, heights: the image size of each camera (``[C]`` tensors on the device of
-            ``means`` are used as they are).
+        widths, heights: the image size of each camera (sequences, or ``[C]`` tensors: kept
+            on the device of ``means``, they need no copy from the host).
         near_plane: centres at a depth up to this are not in front of a camera.
 
     Returns:
@@ -91,7 +91,7 @@ def filter3d_variances(
             f"{len(widths)} widths, {len(heights)} heights"
         )
     viewmats, Ks = viewmats.to(means), Ks.to(means)
-    sizes = torch.stack([torch.as_tensor(widths), torch.as_tensor(heights)], dim=-1).to(means)
+    sizes = torch.stack([torch.as_tensor(widths).to(means), torch.as_tensor(heights).to(means)], -1)
     # Cameras in groups of about CHUNK_ELEMENTS (camera, Gaussian) pairs: a few launches per
     # group rather than per camera, with memory bounded however many views the capture has.
     step = max(1, CHUNK_ELEMENTS // max(means.shape[0], 1))

@@ -13,6 +13,7 @@ from gsnb.raster.constants import FAR_PLANE, NEAR_PLANE
 from gsnb.train import TrainConfig, Trainer
 from gsnb.train.filter3d import apply_filter3d
 from tests.gpu.test_cuda_raster import rel_err, scene
+from tests.gpu.test_fused_step import variances_for
 from tests.train.conftest import build_scene
 
 WIDTH, HEIGHT = 80, 60
@@ -86,12 +87,7 @@ def test_the_projection_kernels_filter_as_apply_filter3d_does(cuda_ext, stored, 
     # Three cameras (per-camera gradients summed by atomics), stored and activated values,
     # either mode: the kernels' filter against apply_filter3d's, differentiated by autograd.
     g, viewmats, Ks = scene(2000, WIDTH, HEIGHT, 3, sh_degree=1, seed=5)
-    n = g["means"].shape[0]
-    gen = torch.Generator(device="cuda").manual_seed(9)
-    variances = g["scales"].mean(-1) ** 2 * (
-        0.1 + 1.9 * torch.rand(n, generator=gen, device="cuda")
-    )
-    variances = torch.where(torch.rand(n, generator=gen, device="cuda") < 0.25, 0.0, variances)
+    variances = variances_for(g["scales"], seed=2)
     got, want = project_both_ways(g, viewmats, Ks, variances, stored, antialiased)
     same = (got["radii"] == want["radii"]).all(-1)
     assert same.float().mean() > 0.99 and (got["radii"][..., 0] > 0).sum() > 500

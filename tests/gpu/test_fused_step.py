@@ -101,13 +101,12 @@ def test_fused_step_matches_the_float64_reference(cuda_ext):
     assert max(errors.values()) < REFERENCE_TOL, errors
 
 
-def variances_for(splats, seed: int = 0) -> torch.Tensor:
-    """3D filter variances ``[N]`` of the size of the Gaussians' squared scales (0.1x to 2x),
-    a quarter of them 0 (no camera sees those)."""
+def variances_for(scales: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """3D filter variances ``[N]`` of the size of the Gaussians' squared (linear) ``scales
+    [N, 3]`` (0.1x to 2x), a quarter of them 0 (no camera sees those)."""
     gen = torch.Generator(device="cuda").manual_seed(seed + 7)
-    n = splats["means"].shape[0]
-    size = splats["scales"].exp().mean(-1) ** 2
-    variances = size * (0.1 + 1.9 * torch.rand(n, generator=gen, device="cuda"))
+    n = scales.shape[0]
+    variances = scales.mean(-1) ** 2 * (0.1 + 1.9 * torch.rand(n, generator=gen, device="cuda"))
     return torch.where(torch.rand(n, generator=gen, device="cuda") < 0.25, 0.0, variances)
 
 
@@ -139,7 +138,11 @@ def test_fused_step_in_either_mode_and_through_the_3d_filter(cuda_ext, mode, wit
     # the projection kernels, their gradients folded into the log-scales' and logits'.
     splats, viewmats, Ks, target = inputs(3, seed=2)
     bg = torch.tensor([0.1, 0.4, 0.7], device="cuda")
-    variances = variances_for(splats) if with_filter else torch.zeros_like(splats["opacities"])
+    variances = (
+        variances_for(splats["scales"].exp())
+        if with_filter
+        else torch.zeros_like(splats["opacities"])
+    )
     stats_r, grads_r, _ = filtered_autograd_step(
         splats, viewmats[0], Ks[0], 3, bg, target, variances, mode, torch.float64, "reference"
     )
@@ -164,7 +167,7 @@ def test_the_3d_filter_changes_the_fused_step(cuda_ext):
     for name, variances in [
         ("none", None),
         ("zero", torch.zeros_like(splats["opacities"])),
-        ("filter", variances_for(splats, seed=3)),
+        ("filter", variances_for(splats["scales"].exp(), seed=3)),
     ]:
         params = {k: v.clone().requires_grad_(True) for k, v in splats.items()}
         got = fused_step.forward_backward(

@@ -8,7 +8,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 6;
+  m.attr("ABI_VERSION") = 7;
   // Every entry point runs without the GIL: each only launches work on a stream (binning
   // also waits for its count), so another Python thread -- training beside a viewer or a
   // notebook's widgets -- runs meanwhile instead of waiting for this one's GPU.
@@ -23,7 +23,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("opacities"),
         py::arg("coeffs"), py::arg("rest"), py::arg("viewmats"), py::arg("Ks"), py::arg("width"),
         py::arg("height"), py::arg("near_plane"), py::arg("far_plane"), py::arg("sh_degree"),
-        py::arg("radii"), py::arg("conics"), py::arg("v_means2d"), py::arg("v_conics"),
+        py::arg("radii"), py::arg("v_means2d"), py::arg("v_conics"),
         py::arg("v_feats"), py::arg("v_depths"), py::arg("v_opacities_cam"), py::arg("stored"),
         py::arg("antialiased"), py::arg("filter3d") = py::none(), nogil);
   m.def("bin_splats", &gsnb::bin_splats, "sort splat-tile intersections by tile and depth",

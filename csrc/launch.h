@@ -69,7 +69,7 @@ void launch_project_backward(
     const float* scales, const float* opacities, const float* v_opacities_cam,
     float* v_opacities, const float* var3d, bool stored, const Coeffs& cf, int64_t sh_degree,
     const float* viewmats, const float* Ks, int64_t width, int64_t height, double near_plane,
-    double far_plane, const int* radii, const float* conics, const float* v_means2d,
+    double far_plane, const int* radii, const float* v_means2d,
     const float* v_conics, const float* v_feats, int64_t channels, const float* v_depths,
     float* v_means, float* v_quats, float* v_scales, float* v_head, float* v_rest,
     cudaStream_t stream);

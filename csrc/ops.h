@@ -35,15 +35,16 @@ std::vector<at::Tensor> project_forward(
 
 // -> v_means [N,3], v_quats [N,4], v_scales [N,3], v_coeffs (shape of coeffs), v_rest (shape
 //    of rest; empty without), v_opacities [N] (antialiased or filter3d, from v_opacities_cam
-//    [C,N]; empty otherwise, where opacities and v_opacities_cam are not read).
+//    [C,N]; empty otherwise, where opacities and v_opacities_cam are not read). Each visible
+//    splat's conic is recomputed from the inputs: the forward's conics need not be kept.
 std::vector<at::Tensor> project_backward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
     const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
     const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
     double near_plane, double far_plane, int64_t sh_degree, const at::Tensor& radii,
-    const at::Tensor& conics, const at::Tensor& v_means2d, const at::Tensor& v_conics,
-    const at::Tensor& v_feats, const at::Tensor& v_depths, const at::Tensor& v_opacities_cam,
-    bool stored, bool antialiased, const std::optional<at::Tensor>& filter3d);
+    const at::Tensor& v_means2d, const at::Tensor& v_conics, const at::Tensor& v_feats,
+    const at::Tensor& v_depths, const at::Tensor& v_opacities_cam, bool stored,
+    bool antialiased, const std::optional<at::Tensor>& filter3d);
 
 // -> tile offsets [C, tiles_y, tiles_x] int32, splat ids [M] int32 (flat index c * N + n),
 //    sorted by camera, tile and depth. Here and in rasterize_*, opacities are [N], or [C,N]

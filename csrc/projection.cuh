@@ -121,6 +121,14 @@ __device__ __forceinline__ bool compute_splat(
   return sp.det > 0.f;
 }
 
+// The conic (inverse 2D covariance: A, B, C of A x^2 + 2 B x y + C y^2) of a splat. The
+// backward recomputes it from the splat rather than keeping the forward's [C, N, 3].
+__device__ __forceinline__ void conic_of(const Splat& sp, float* conic) {
+  conic[0] = sp.c / sp.det;
+  conic[1] = -sp.b / sp.det;
+  conic[2] = sp.a / sp.det;
+}
+
 // Antialiased mode (gsplat's rasterize_mode="antialiased", Mip-Splatting's 2D filter): the
 // opacity factor sqrt(det(S) / det(S + kLowpass I)) of the 2D covariance S, so that the
 // low-pass blurs a splat without adding energy; 0 for a degenerate S.

@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
     const float* __restrict__ var3d, bool stored, Coeffs cf,
     int sh_degree, const float* __restrict__ viewmats, const float* __restrict__ Ks, int width,
     int height, float near_plane, float far_plane, const int* __restrict__ radii,
-    const float* __restrict__ conics, const float* __restrict__ v_means2d,
+    const float* __restrict__ v_means2d,
     const float* __restrict__ v_conics, const float* __restrict__ v_feats, int channels,
     const float* __restrict__ v_depths, float* __restrict__ v_means, float* __restrict__ v_quats,
     float* __restrict__ v_scales, float* __restrict__ v_head, float* __restrict__ v_rest) {
@@ -278,7 +278,9 @@ __global__ void __launch_bounds__(kThreads) project_backward_kernel(
         v_filt = v_oc * o * comp;
         v_opacity = v_oc * comp * filt * (stored ? o * (1.f - o) : 1.f);  // sigmoid' of a logit
       }
-      splat_backward(OC && aa, cam, sp, means + gid * 3, sh_degree, row, conics + idx * 3,
+      float conic[3];
+      conic_of(sp, conic);  // as the forward computed it
+      splat_backward(OC && aa, cam, sp, means + gid * 3, sh_degree, row, conic,
                      v_means2d + idx * 2, v_conics + idx * 3, vf, v_depth, comp, v_comp, v_mean,
                      v_quat, v_scale, v_rgb);
       if (OC && var > 0.f) {
@@ -327,7 +329,7 @@ void launch_project_backward(
     const float* scales, const float* opacities, const float* v_opacities_cam,
     float* v_opacities, const float* var3d, bool stored, const Coeffs& cf, int64_t sh_degree,
     const float* viewmats, const float* Ks, int64_t width, int64_t height, double near_plane,
-    double far_plane, const int* radii, const float* conics, const float* v_means2d,
+    double far_plane, const int* radii, const float* v_means2d,
     const float* v_conics, const float* v_feats, int64_t channels, const float* v_depths,
     float* v_means, float* v_quats, float* v_scales, float* v_head, float* v_rest,
     cudaStream_t stream) {
@@ -337,7 +339,7 @@ void launch_project_backward(
   kernel<<<blocks_for(c * n, kThreads), kThreads, smem, stream>>>(
       c, n, means, quats, scales, opacities, v_opacities_cam, v_opacities, antialiased, var3d,
       stored, cf, sh_degree,
-      viewmats, Ks, width, height, near_plane, far_plane, radii, conics, v_means2d, v_conics,
+      viewmats, Ks, width, height, near_plane, far_plane, radii, v_means2d, v_conics,
       v_feats, channels, v_depths, v_means, v_quats, v_scales, v_head, v_rest);
 }
 

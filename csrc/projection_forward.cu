@@ -129,18 +129,20 @@ __global__ void __launch_bounds__(kThreads, OC ? 8 : 9) project_forward_kernel(
   // even where it holds no pixel centre: such a splat has no tiles and gets no gradient.
   if (!(mx + rx > 0.f && mx - rx < (float)width && my + ry > 0.f && my - ry < (float)height))
     return;
-  const float A = sp.c / sp.det, B = -sp.b / sp.det, Cc = sp.a / sp.det;
+  float conic[3];
+  conic_of(sp, conic);
   int count = 0;
-  for_each_tile(mx, my, A, B, Cc, r2, (int)ry, width, height, [&](int, int) { ++count; });
+  for_each_tile(mx, my, conic[0], conic[1], conic[2], r2, (int)ry, width, height,
+                [&](int, int) { ++count; });
 
   radii[idx * 2] = (int)rx;
   radii[idx * 2 + 1] = (int)ry;
   tiles[idx] = count;
   means2d[idx * 2] = mx;
   means2d[idx * 2 + 1] = my;
-  conics[idx * 3] = A;
-  conics[idx * 3 + 1] = B;
-  conics[idx * 3 + 2] = Cc;
+  conics[idx * 3] = conic[0];
+  conics[idx * 3 + 1] = conic[1];
+  conics[idx * 3 + 2] = conic[2];
   if constexpr (OC) opacities_cam[idx] = opacity;
   if (channels == 4) feat[3] = sp.p[2];
 

@@ -104,9 +104,9 @@ std::vector<at::Tensor> project_backward(
     const at::Tensor& opacities, const at::Tensor& coeffs, const std::optional<at::Tensor>& rest,
     const at::Tensor& viewmats, const at::Tensor& Ks, int64_t width, int64_t height,
     double near_plane, double far_plane, int64_t sh_degree, const at::Tensor& radii,
-    const at::Tensor& conics, const at::Tensor& v_means2d, const at::Tensor& v_conics,
-    const at::Tensor& v_feats, const at::Tensor& v_depths, const at::Tensor& v_opacities_cam,
-    bool stored, bool antialiased, const std::optional<at::Tensor>& filter3d) {
+    const at::Tensor& v_means2d, const at::Tensor& v_conics, const at::Tensor& v_feats,
+    const at::Tensor& v_depths, const at::Tensor& v_opacities_cam, bool stored,
+    bool antialiased, const std::optional<at::Tensor>& filter3d) {
   const c10::cuda::OptionalCUDAGuard guard(means.device());
   const int64_t n = means.size(0), c = viewmats.size(0);
   const Coeffs cf = coeffs_view(coeffs, rest);
@@ -134,7 +134,7 @@ std::vector<at::Tensor> project_backward(
         per_camera ? v_opacities_cam.data_ptr<float>() : nullptr,
         per_camera ? v_opacities.data_ptr<float>() : nullptr, var3d, stored, cf, sh_degree,
         viewmats.data_ptr<float>(), Ks.data_ptr<float>(), width, height, near_plane, far_plane,
-        radii.data_ptr<int>(), conics.data_ptr<float>(), v_means2d.data_ptr<float>(),
+        radii.data_ptr<int>(), v_means2d.data_ptr<float>(),
         v_conics.data_ptr<float>(), v_feats.data_ptr<float>(), v_feats.size(-1),
         v_depths.numel() > 0 ? v_depths.data_ptr<float>() : nullptr, v_means.data_ptr<float>(),
         v_quats.data_ptr<float>(), v_scales.data_ptr<float>(), v_coeffs.data_ptr<float>(),

@@ -70,7 +70,7 @@ std::vector<at::Tensor> train_forward_backward(
   const at::Tensor &v_means2d = raster[0], &v_conics = raster[1], &v_feats = raster[2];
   auto grads = project_backward(means, quats, scales, per_camera ? opacities : none, sh0, shN,
                                 viewmats, Ks, width, height, near_plane, far_plane, sh_degree,
-                                radii, conics, v_means2d, v_conics, v_feats, none,
+                                radii, v_means2d, v_conics, v_feats, none,
                                 per_camera ? raster[3] : none, /*stored=*/true, antialiased,
                                 filter3d);
   const at::Tensor& v_opacities = per_camera ? grads[5] : raster[3];

@@ -147,7 +147,6 @@ def project_backward(
     far_plane: float,
     sh_degree: int,
     radii: Tensor,  # [C, N, 2] int32
-    conics: Tensor,  # [C, N, 3]
     v_means2d: Tensor,  # [C, N, 2]
     v_conics: Tensor,  # [C, N, 3]
     v_feats: Tensor,  # [C, N, 3 or 4]
@@ -159,11 +158,12 @@ def project_backward(
 ) -> list[Tensor]:
     """Gradients of :func:`project_forward`: ``[v_means, v_quats, v_scales, v_coeffs, v_rest,
     v_opacities]`` (``v_rest`` empty without ``rest``, ``v_opacities`` ``[N]`` empty unless
-    ``antialiased`` or ``filter3d``)."""
+    ``antialiased`` or ``filter3d``). The conics are recomputed from the inputs: the forward's
+    need not be kept for it."""
     return require().project_backward(
         means, quats, scales, opacities, coeffs, rest, viewmats, Ks, width, height, near_plane,
-        far_plane, sh_degree, radii, conics, v_means2d, v_conics, v_feats, v_depths,
-        v_opacities_cam, stored, antialiased, filter3d,
+        far_plane, sh_degree, radii, v_means2d, v_conics, v_feats, v_depths, v_opacities_cam,
+        stored, antialiased, filter3d,
     )  # fmt: skip
 
 

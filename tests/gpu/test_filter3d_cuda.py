@@ -60,7 +60,7 @@ def project_both_ways(g, viewmats, Ks, variances, stored, antialiased):
         per_camera = antialiased or way == "kernels"
         v_means, v_quats, v_scales, v_coeffs, _, v_opacities = kernels.project_backward(
             means=g["means"], quats=g["quats"],
-            opacities=inputs["opacities"] if per_camera else none, radii=radii, conics=conics,
+            opacities=inputs["opacities"] if per_camera else none, radii=radii,
             v_means2d=grads_out["v_means2d"], v_conics=grads_out["v_conics"],
             v_feats=grads_out["v_feats"], v_depths=none,
             v_opacities_cam=grads_out["v_opac"] if per_camera else none,

@@ -1,8 +1,12 @@
 """Rasterizer speed and memory, gsnb beside gsplat, on the same inputs in one process.
 
-Scenes: random clouds of 1M and 4M Gaussians (SH degree 3, 1920x1080, one camera)
-and the fox's COLMAP points as Gaussians (kNN scales, SH degree 3) seen from 4 of
-its cameras at full resolution (1080x1920) in one batch. For each: forward ms,
+Scenes: random clouds of 1M and 4M Gaussians (SH degree 3, 1920x1080, one camera);
+the fox's COLMAP points as Gaussians (kNN scales, SH degree 3) seen from 4 of
+its cameras at full resolution (1080x1920) in one batch; and a trained fox (gsnb's
+default recipe, ``--trained-steps`` steps at downscale 2, trained once at the start of
+the first such scene) seen from the same 4 cameras at 1080x1920 (``fox_trained_full``),
+540x960 (``fox_trained_half``) and 135x240 (``fox_trained_small``, where fixed costs
+dominate). For each: forward ms,
 forward+backward ms (medians of CUDA-event timings after warm-up), peak extra
 memory, and the PSNR of gsnb's render against gsplat's. Each scene runs twice:
 colour only (gsplat render_mode "RGB") and colour with expected depth ("RGB+ED").
@@ -37,16 +41,21 @@ def random_scene(n: int) -> dict:
     return {"gaussians": g, "viewmats": viewmats, "Ks": Ks, "width": 1920, "height": 1080}
 
 
-def fox_scene(root: Path) -> dict:
+def fox_scene(root: Path, with_points: bool = True) -> dict:
+    """4 of the fox's cameras at full resolution; ``with_points``: its COLMAP points as
+    Gaussians (else ``gaussians`` is ``None``, for the caller to fill)."""
     from gsnb.data.dataset import load_dataset
     from gsnb.model import GaussianModel
 
     data = load_dataset(root, downscale=1, test_every=0)
-    model = GaussianModel.from_points(data.points, data.points_rgb, sh_degree=3)
-    a = {k: v.detach().cuda() for k, v in model.activated().items()}
-    a["colors"] = a["colors"].clone()
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    a["colors"][:, 1:] = 0.1 * torch.randn(a["colors"][:, 1:].shape, generator=gen, device="cuda")
+    a = None
+    if with_points:
+        model = GaussianModel.from_points(data.points, data.points_rgb, sh_degree=3)
+        a = {k: v.detach().cuda() for k, v in model.activated().items()}
+        a["colors"] = a["colors"].clone()
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        shape = a["colors"][:, 1:].shape
+        a["colors"][:, 1:] = 0.1 * torch.randn(shape, generator=gen, device="cuda")
     views = [data.views[i] for i in (0, 17, 34, 51)]
     sizes = {(v.width, v.height) for v in views}
     assert len(sizes) == 1, f"views differ in size: {sizes}"
@@ -56,11 +65,41 @@ def fox_scene(root: Path) -> dict:
     return {"gaussians": a, "viewmats": viewmats, "Ks": Ks, "width": width, "height": height}
 
 
-def scene_by_name(name: str, fox: Path) -> dict:
-    """The scene a ``--scenes`` name gives: ``random_<N>M`` (N million random Gaussians) or
-    ``fox_4cams`` (the fox at ``fox``)."""
+TRAINED_SCALES = {"fox_trained_full": 1, "fox_trained_half": 2, "fox_trained_small": 8}
+_trained: dict = {}
+
+
+def trained_fox_scene(root: Path, steps: int, downscale: int) -> dict:
+    """The fox trained by gsnb's default recipe, seen from ``fox_scene``'s 4 cameras with the
+    images ``downscale`` times smaller. The training runs once; later calls reuse it."""
+    if "gaussians" not in _trained:
+        from gsnb.data.dataset import load_dataset
+        from gsnb.train import TrainConfig, Trainer
+
+        config = TrainConfig(data=str(root), steps=steps, downscale=2)
+        trainer = Trainer(load_dataset(root, downscale=2), config)
+        trainer.run(progress=False)
+        _trained["gaussians"] = {k: v.detach() for k, v in trainer.model.activated().items()}
+        _trained["steps"] = steps
+        del trainer
+    s = fox_scene(root, with_points=False)
+    s["gaussians"] = _trained["gaussians"]
+    s["width"], s["height"] = s["width"] // downscale, s["height"] // downscale
+    s["Ks"] = s["Ks"].clone()
+    s["Ks"][:, :2] /= downscale
+    return s
+
+
+def scene_by_name(name: str, fox: Path, trained_steps: int = 7000) -> dict:
+    """The scene a ``--scenes`` name gives: ``random_<N>M`` (N million random Gaussians),
+    ``fox_4cams`` (the fox's points at ``fox``) or one of ``TRAINED_SCALES``."""
     if name.startswith("random_"):
         return random_scene(int(float(name.split("_")[1].rstrip("M")) * 1_000_000))
+    if name in TRAINED_SCALES:
+        return trained_fox_scene(fox, trained_steps, TRAINED_SCALES[name])
+    if name != "fox_4cams":
+        known = ["random_<N>M", "fox_4cams", *TRAINED_SCALES]
+        raise SystemExit(f"unknown scene {name!r}; known: {', '.join(known)}")
     return fox_scene(fox)
 
 
@@ -117,19 +156,25 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--fox", type=Path, default=FOX)
     parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--scenes", default="random_1M,random_4M,fox_4cams")
+    parser.add_argument(
+        "--scenes",
+        default="random_1M,random_4M,fox_4cams,fox_trained_full,fox_trained_half,fox_trained_small",
+    )
+    parser.add_argument("--trained-steps", type=int, default=7000)
     args = parser.parse_args()
 
     results = {"environment": environment(), "scenes": {}}
     for name in args.scenes.split(","):
         print(f"== {name}", flush=True)
-        s = scene_by_name(name, args.fox)
+        s = scene_by_name(name, args.fox, args.trained_steps)
         row: dict = {
             "num_gaussians": int(s["gaussians"]["means"].shape[0]),
             "cameras": int(s["viewmats"].shape[0]),
             "width": s["width"],
             "height": s["height"],
         }
+        if name in TRAINED_SCALES:
+            row["trained_steps"] = _trained["steps"]
         for mode, with_depth in (("rgb", False), ("rgb_depth", True)):
             ours = measure(
                 s, lambda s_, p, d=with_depth: gsnb_render(s_, p, d), args.repeat, with_depth

@@ -128,6 +128,11 @@ void launch_rasterize_backward(
     const float* v_depth, const float* v_alpha, float* v_means2d, float* v_conics,
     float* v_feats, float* v_opacities, float* v_abs, cudaStream_t stream);
 
+// Pixels a thread of the backward compositing shades (raster.cuh: rasterize_rows): 0, the
+// default, chooses by the grid's size; 1 or 2 force it. Returns the previous setting.
+int rasterize_rows_override(int rows);
+int rasterize_rows_setting();
+
 // ---- ssim.cu ------------------------------------------------------------------------------
 
 constexpr int kWin = 11;  // the Gaussian window's side

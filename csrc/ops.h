@@ -74,6 +74,11 @@ std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& v_alpha, bool absgrad, const std::optional<at::Tensor>& backgrounds,
     bool stored);
 
+// Pixels a thread of the backward compositing shades: 0 (the default) chooses by the grid's
+// size, 1 or 2 force it (benchmarks, tests); the gradients agree either way (to the order of
+// float additions). Returns the previous setting.
+int64_t set_rasterize_rows(int64_t rows);
+
 // Fused SSIM with an 11-tap Gaussian window over [B, H, W, C] float32 images.
 // -> map [B, Ho, Wo, C] (Ho = H + 2 pad - 10), and with_grad its derivatives with respect
 //    to the blurred mu_x, E[x^2] and E[xy] (else undefined tensors).

@@ -1,13 +1,14 @@
 // What the forward and backward rasterize kernels share, so that the two cannot drift
 // apart: which intersections a block's tile holds, how a batch of splats is staged through
 // shared memory, and a splat's alpha at a pixel centre (the forward's pixel of a thread:
-// tile_pixel; the backward maps two rows per thread itself).
+// tile_pixel; the backward maps its rows per thread itself: rasterize_rows).
 #pragma once
 
 #include <cstdint>
 #include <cuda_runtime.h>
 
 #include "common.cuh"
+#include "launch.h"
 
 namespace gsnb {
 
@@ -22,6 +23,30 @@ constexpr int kLastUnknown = 0xFFFF;
 
 __device__ __forceinline__ uint16_t pack_last(int last, int start) {
   return static_cast<uint16_t>(min(last - start, kLastUnknown));
+}
+
+// Pixels a thread of the backward compositing shades: 2 (its warp sums then serve twice the
+// pixels) for grids of one-pixel blocks (256 threads, one per camera and tile) that would
+// fill every SM four times over (2048 threads fit on one), else 1: two-pixel blocks halve a
+// small grid's parallelism, and its few tiles each hold long lists of splats. Measured on
+// an H200 (132 SMs, benchmarks/results/rows_h200.json), two were 0.85-0.90x one's time at
+// 8160 blocks and more, one 0.92x two's at 2040 (a 540x960 training image) and 0.84x at 540.
+// rasterize_rows_override (launch.h) can force either.
+inline int rasterize_rows(int64_t cams, int64_t width, int64_t height) {
+  const int forced = rasterize_rows_setting();
+  if (forced != 0) return forced;
+  constexpr int kDevices = 64;
+  static int sms[kDevices] = {};  // each device's SM count, read once
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 2;
+  if (sms[device] == 0) {
+    int count = 0;
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 2;
+    sms[device] = count;
+  }
+  const int64_t blocks = cams * div_up(width, kTile) * div_up(height, kTile);
+  return blocks < 4 * (int64_t)sms[device] * (2048 / kBlock) ? 1 : 2;
 }
 
 // The pixel a thread of a rasterize block shades. The grid is (tiles_x, tiles_y, cameras)

@@ -3,6 +3,7 @@
 // CH is the number of blended channels: 3 (rgb) or 4 (rgb and depth).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "common.cuh"
@@ -18,11 +19,10 @@ namespace {
 constexpr int kGradSlots = 12;
 constexpr int kGradStride = 13;
 
-// Each thread shades kRows vertically adjacent pixels of its tile's column, so a warp
-// covers a 16 x (2 kRows) patch and the warp-wide sum of a splat's gradients, which costs
-// more than a pixel's own arithmetic, is paid once for 32 kRows pixels.
-constexpr int kRows = 2;
-constexpr int kThreads = kBlock / kRows;
+// Each thread shades ROWS (rasterize_rows: 2, or 1 for grids of a few waves or less)
+// vertically adjacent pixels of its tile's column, so a warp covers a 16 x (2 ROWS) patch
+// and the warp-wide sum of a splat's gradients, which costs more than a pixel's own
+// arithmetic, is paid once for 32 ROWS pixels.
 
 // One pixel's walk back through its splats: what it carries from splat to splat.
 template <int CH>
@@ -73,17 +73,18 @@ __device__ __forceinline__ void add_pixel_grads(PixelBack<CH>& q, const SplatAlp
 // Walks the tile's splats front to back, as the forward pass does, for the pixels whose
 // end the forward pass could not store in 16 bits (`unknown`), and sets their `last`. Every
 // thread of the block takes part (the batches are staged together).
-template <int CH>
+template <int CH, int ROWS>
 __device__ __forceinline__ void find_unknown_ends(
-    TileRange range, PixelBack<CH> (&px)[kRows], const bool (&unknown)[kRows], int tr,
+    TileRange range, PixelBack<CH> (&px)[ROWS], const bool (&unknown)[ROWS], int tr,
     int num_opacities, bool stored, const int* __restrict__ flat_ids,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities, float4* s_geo,
     float2* s_bo, float4* s_feat) {
-  float T[kRows];
-  bool done[kRows];
+  constexpr int kThreads = kBlock / ROWS;
+  float T[ROWS];
+  bool done[ROWS];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < ROWS; ++r) {
     T[r] = 1.f;
     done[r] = !unknown[r];
     if (unknown[r]) px[r].last = range.start;
@@ -97,7 +98,7 @@ __device__ __forceinline__ void find_unknown_ends(
     __syncthreads();
     const int count = min(kThreads, range.end - base);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < ROWS; ++r) {
       for (int t = 0; t < count && !done[r]; ++t) {
         SplatAlpha hit;
         if (!splat_alpha(s_geo[t], s_bo[t], px[r].px, px[r].py, hit)) continue;
@@ -114,10 +115,10 @@ __device__ __forceinline__ void find_unknown_ends(
   __syncthreads();  // the batches' shared memory is the caller's again
 }
 
-// A (kTile, kTile / kRows) block per (camera, tile); thread (x, y) shades the tile's
-// column x in rows kRows y .. kRows y + kRows - 1.
-template <int CH>
-__global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
+// A (kTile, kTile / ROWS) block per (camera, tile); thread (x, y) shades the tile's
+// column x in rows ROWS y .. ROWS y + ROWS - 1.
+template <int CH, int ROWS>
+__global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
     int num_cams, int num_opacities, int width, int height, int tiles_x, int tiles_y, int m,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
     const float* __restrict__ feats, const float* __restrict__ opacities, bool stored,
@@ -128,6 +129,7 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
     const float* __restrict__ v_out_alpha,
     float* __restrict__ v_means2d, float* __restrict__ v_conics, float* __restrict__ v_feats,
     float* __restrict__ v_opacities, float* __restrict__ v_means2d_abs) {
+  constexpr int kThreads = kBlock / ROWS;
   const TileRange range = tile_range(offsets, num_cams, tiles_x, tiles_y, m);
   const int cam = blockIdx.z;
   const int tr = threadIdx.y * kTile + threadIdx.x, lane = tr & 31;
@@ -138,13 +140,13 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
   __shared__ float4 s_feat[kThreads];
   __shared__ float s_grad[kThreads * kGradStride];
 
-  PixelBack<CH> px[kRows];
-  bool unknown[kRows];
+  PixelBack<CH> px[ROWS];
+  bool unknown[ROWS];
   bool any_unknown = false;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < ROWS; ++r) {
     PixelBack<CH>& q = px[r];
-    const int i = blockIdx.y * kTile + threadIdx.y * kRows + r;
+    const int i = blockIdx.y * kTile + threadIdx.y * ROWS + r;
     const bool inside = i < height && j < width;
     const int64_t pix = ((int64_t)cam * height + i) * width + j;
     q.px = (float)j + 0.5f;
@@ -178,11 +180,11 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
   }
 
   if (__syncthreads_or(any_unknown))  // rare: a walk past 65534 splats of the tile
-    find_unknown_ends<CH>(range, px, unknown, tr, num_opacities, stored, flat_ids, means2d,
+    find_unknown_ends<CH, ROWS>(range, px, unknown, tr, num_opacities, stored, flat_ids, means2d,
                           conics, feats, opacities, s_geo, s_bo, s_feat);
   int last_max = range.start;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) last_max = max(last_max, px[r].last);
+  for (int r = 0; r < ROWS; ++r) last_max = max(last_max, px[r].last);
 
   // The largest last index of the block and of this warp: nothing beyond contributed.
   __shared__ int s_last;
@@ -209,11 +211,11 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
       const int kk = top - 1 - t;
       const float4 geo = s_geo[t];
       const float2 bo = s_bo[t];
-      SplatAlpha hit[kRows];
-      bool valid[kRows];
+      SplatAlpha hit[ROWS];
+      bool valid[ROWS];
       bool any = false;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
+      for (int r = 0; r < ROWS; ++r) {
         valid[r] = kk < px[r].last && splat_alpha(geo, bo, px[r].px, px[r].py, hit[r]);
         any = any || valid[r];
       }
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
 #pragma unroll
       for (int s2 = 0; s2 < 16; ++s2) v[s2] = 0.f;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r)
+      for (int r = 0; r < ROWS; ++r)
         if (valid[r]) add_pixel_grads<CH>(px[r], hit[r], geo, bo, s_feat[t], v);
       // Warp sum, then one shared-memory atomic per value: the block's warps meet there
       // and the batch is flushed to global memory once, below.
@@ -259,24 +261,38 @@ __global__ void __launch_bounds__(kThreads) rasterize_backward_kernel(
   }
 }
 
-template <int CH>
-void launch(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
-            const float* means2d, const float* conics, const float* feats,
-            const float* opacities, bool stored, const int* offsets, const int* flat_ids,
-            const float* alpha, const float* depth, const uint16_t* last_ids,
-            const float* background, const float* v_rgb, const float* v_depth,
-            const float* v_alpha, float* v_means2d, float* v_conics, float* v_feats,
-            float* v_opacities, float* v_abs, cudaStream_t stream) {
+template <int CH, int ROWS>
+void launch_rows(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
+                 const float* means2d, const float* conics, const float* feats,
+                 const float* opacities, bool stored, const int* offsets, const int* flat_ids,
+                 const float* alpha, const float* depth, const uint16_t* last_ids,
+                 const float* background, const float* v_rgb, const float* v_depth,
+                 const float* v_alpha, float* v_means2d, float* v_conics, float* v_feats,
+                 float* v_opacities, float* v_abs, cudaStream_t stream) {
   const int tiles_x = div_up(width, kTile), tiles_y = div_up(height, kTile);
-  const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile / kRows);
-  rasterize_backward_kernel<CH><<<grid, block, 0, stream>>>(
+  const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile / ROWS);
+  rasterize_backward_kernel<CH, ROWS><<<grid, block, 0, stream>>>(
       c, n, width, height, tiles_x, tiles_y, m, reinterpret_cast<const float2*>(means2d),
       reinterpret_cast<const float3*>(conics), feats, opacities, stored, offsets, flat_ids,
       alpha, depth, last_ids, background, v_rgb, v_depth, v_alpha, v_means2d, v_conics,
       v_feats, v_opacities, v_abs);
 }
 
+std::atomic<int> rows_setting{0};
+
+template <int CH, typename... Args>
+void launch(int64_t c, int64_t n, int64_t width, int64_t height, Args... args) {
+  if (rasterize_rows(c, width, height) == 2)
+    launch_rows<CH, 2>(c, n, width, height, args...);
+  else
+    launch_rows<CH, 1>(c, n, width, height, args...);
+}
+
 }  // namespace
+
+int rasterize_rows_override(int rows) { return rows_setting.exchange(rows); }
+
+int rasterize_rows_setting() { return rows_setting.load(std::memory_order_relaxed); }
 
 void launch_rasterize_backward(
     int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,

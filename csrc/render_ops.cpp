@@ -350,4 +350,10 @@ std::vector<at::Tensor> rasterize_backward(
   return {v_means2d, v_conics, v_feats, v_opacities};
 }
 
+int64_t set_rasterize_rows(int64_t rows) {
+  TORCH_CHECK(rows >= 0 && rows <= 2,
+              "set_rasterize_rows: rows must be 0 (by the grid's size), 1 or 2, got ", rows);
+  return rasterize_rows_override(static_cast<int>(rows));
+}
+
 }  // namespace gsnb

@@ -33,6 +33,7 @@ __all__ = [
     "rasterize_forward",
     "require",
     "set_extension",
+    "set_rasterize_rows",
     "ssim_backward",
     "ssim_forward",
     "train_forward_backward",
@@ -233,6 +234,14 @@ def rasterize_backward(
         means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha, depth,
         last_ids, v_rgb, v_depth, v_alpha, absgrad, backgrounds, stored,
     )  # fmt: skip
+
+
+def set_rasterize_rows(*, rows: int) -> int:
+    """Pixels a thread of the backward compositing shades: ``0`` (the default) chooses by the
+    grid's size (two where one-pixel blocks would fill the GPU four times over), ``1`` or ``2``
+    force it. The gradients agree either way, to the order of float additions; for
+    benchmarks and tests. Returns the previous setting."""
+    return require().set_rasterize_rows(rows)
 
 
 # The training kernels (gsnb.train: losses, optimiser, health, densification).

@@ -12,11 +12,21 @@ import pytest
 import torch
 
 import gsnb
+from gsnb import kernels
 from gsnb.raster.scenes import orbit_cameras, random_gaussians
 
 OUTPUT_TOL = 1e-4  # relative L2 error of rgb, alpha, depth
 GRAD_TOL = 1e-3  # relative L2 error of each gradient
 KEYS = ("means", "quats", "scales", "opacities", "colors")
+
+
+@pytest.fixture(autouse=True, params=[1, 2], ids=["one_row", "two_rows"])
+def rows(request, cuda_ext):
+    """Every test here runs with the backward compositing shading one pixel a thread and
+    with two (gsnb picks by the grid's size: these small images would always get one)."""
+    previous = kernels.set_rasterize_rows(rows=request.param)
+    yield request.param
+    kernels.set_rasterize_rows(rows=previous)
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -186,6 +196,26 @@ def test_background_with_a_gradient(cuda_ext):
         out.rgb.square().sum().backward()
         grads[backend] = bg.grad
     assert rel_err(grads["cuda"], grads["reference"]) < GRAD_TOL
+
+
+def test_one_and_two_rows_a_thread_give_the_same_gradients(rows):
+    g, viewmats, Ks = scene(20000, 256, 173, 2, seed=3)
+    grads = {}
+    for r in (1, 2):
+        kernels.set_rasterize_rows(rows=r)
+        params = {k: v.clone().requires_grad_(True) for k, v in g.items()}
+        out = gsnb.render(
+            **params, viewmats=viewmats, Ks=Ks, width=256, height=173, backend="cuda",
+            with_depth=True,
+        )  # fmt: skip
+        (out.rgb.sum() + out.alpha.square().sum() + out.depth.sum()).backward()
+        grads[r] = {k: p.grad for k, p in params.items()}
+    kernels.set_rasterize_rows(rows=rows)
+    for k in KEYS:
+        # The same sums, added in another order by the atomics.
+        assert rel_err(grads[2][k], grads[1][k]) < 1e-5, k
+    with pytest.raises(RuntimeError, match=r"rows must be 0 \(by the grid's size\), 1 or 2"):
+        kernels.set_rasterize_rows(rows=3)
 
 
 def test_several_cameras_equal_one_at_a_time(cuda_ext):

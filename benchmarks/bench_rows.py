@@ -1,0 +1,91 @@
+"""The backward compositing with one pixel a thread against two, on bench_raster's scenes.
+
+For each scene of ``benchmarks/bench_raster.py`` (and ``fox_trained_half`` seen from one
+camera, a training step's image), the default ``gsnb.render`` call's forward+backward ms
+(medians of CUDA-event timings, colour only) with the backward kernel forced to one pixel a
+thread, forced to two, and left to choose by the grid's size (``auto``, what users get), in
+turns so that a slow spell of the GPU falls on all three. Writes ``OUT/rows_h200.json``.
+
+    python benchmarks/bench_rows.py --out OUT --fox .device/fox
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_raster import gsnb_render, scene_by_name
+from common import FOX, cuda_time_ms, environment, write_json
+
+from gsnb import kernels
+
+SETTINGS = {"one": 1, "two": 2, "auto": 0}
+
+
+def one_camera(s: dict) -> dict:
+    return s | {"viewmats": s["viewmats"][:1], "Ks": s["Ks"][:1]}
+
+
+def time_scene(s: dict, rounds: int, repeat: int) -> dict:
+    params = {k: v.clone().requires_grad_(True) for k, v in s["gaussians"].items()}
+    weight = torch.rand(
+        (s["viewmats"].shape[0], s["height"], s["width"], 3),
+        generator=torch.Generator(device="cuda").manual_seed(0), device="cuda",
+    )  # fmt: skip
+
+    def forward_backward():
+        for p in params.values():
+            p.grad = None
+        (gsnb_render(s, params, False, None) * weight).sum().backward()
+
+    times: dict = {name: [] for name in SETTINGS}
+    for _ in range(rounds):
+        for name, rows in SETTINGS.items():
+            kernels.set_rasterize_rows(rows=rows)
+            times[name].append(cuda_time_ms(forward_backward, repeat=repeat))
+    kernels.set_rasterize_rows(rows=0)
+    row = {f"{name}_fwd_bwd_ms": round(statistics.median(t), 4) for name, t in times.items()}
+    one, two = row["one_fwd_bwd_ms"], row["two_fwd_bwd_ms"]
+    row["two_over_one"] = round(two / one, 4)
+    row["auto_over_best"] = round(row["auto_fwd_bwd_ms"] / min(one, two), 4)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--fox", type=Path, default=FOX)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument(
+        "--scenes",
+        default="random_1M,fox_4cams,fox_trained_full,fox_trained_half,fox_trained_small",
+    )
+    args = parser.parse_args()
+    results: dict = {"environment": environment(), "scenes": {}}
+    for name in args.scenes.split(","):
+        s = scene_by_name(name, args.fox)
+        variants = {name: s}
+        if name == "fox_trained_half":
+            variants[f"{name}_1cam"] = one_camera(s)
+        for key, scene in variants.items():
+            row = {
+                "cameras": int(scene["viewmats"].shape[0]),
+                "width": scene["width"],
+                "height": scene["height"],
+                **time_scene(scene, args.rounds, args.repeat),
+            }
+            results["scenes"][key] = row
+            print(key, row, flush=True)
+    write_json(args.out / "rows_h200.json", results)
+    print(f"wrote {args.out / 'rows_h200.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

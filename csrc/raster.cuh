@@ -29,7 +29,7 @@ __device__ __forceinline__ uint16_t pack_last(int last, int start) {
 // pixels) for grids of one-pixel blocks (256 threads, one per camera and tile) that would
 // fill every SM four times over (2048 threads fit on one), else 1: two-pixel blocks halve a
 // small grid's parallelism, and its few tiles each hold long lists of splats. Measured on
-// an H200 (132 SMs, benchmarks/results/rows_h200.json), two were 0.85-0.90x one's time at
+// an H200 (132 SMs, benchmarks/results/rows_h200.json), two were 0.85-0.93x one's time at
 // 8160 blocks and more, one 0.92x two's at 2040 (a 540x960 training image) and 0.84x at 540.
 // rasterize_rows_override (launch.h) can force either.
 inline int rasterize_rows(int64_t cams, int64_t width, int64_t height) {

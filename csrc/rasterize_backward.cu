@@ -19,7 +19,7 @@ namespace {
 constexpr int kGradSlots = 12;
 constexpr int kGradStride = 13;
 
-// Each thread shades ROWS (rasterize_rows: 2, or 1 for grids of a few waves or less)
+// Each thread shades ROWS (rasterize_rows: 2, or 1 for grids too small to fill the GPU)
 // vertically adjacent pixels of its tile's column, so a warp covers a 16 x (2 ROWS) patch
 // and the warp-wide sum of a splat's gradients, which costs more than a pixel's own
 // arithmetic, is paid once for 32 ROWS pixels.

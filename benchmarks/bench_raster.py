@@ -19,6 +19,7 @@ with every option at its default (value checks inside the projection kernel).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -66,24 +67,26 @@ def fox_scene(root: Path, with_points: bool = True) -> dict:
 
 
 TRAINED_SCALES = {"fox_trained_full": 1, "fox_trained_half": 2, "fox_trained_small": 8}
-_trained: dict = {}
+
+
+@functools.cache
+def trained_fox(root: Path, steps: int) -> dict:
+    """The fox's Gaussians after ``steps`` steps of gsnb's default recipe at downscale 2,
+    activated; trained once per process."""
+    from gsnb.data.dataset import load_dataset
+    from gsnb.train import TrainConfig, Trainer
+
+    config = TrainConfig(data=str(root), steps=steps, downscale=2)
+    trainer = Trainer(load_dataset(root, downscale=2), config)
+    trainer.run(progress=False)
+    return {k: v.detach() for k, v in trainer.model.activated().items()}
 
 
 def trained_fox_scene(root: Path, steps: int, downscale: int) -> dict:
-    """The fox trained by gsnb's default recipe, seen from ``fox_scene``'s 4 cameras with the
-    images ``downscale`` times smaller. The training runs once; later calls reuse it."""
-    if "gaussians" not in _trained:
-        from gsnb.data.dataset import load_dataset
-        from gsnb.train import TrainConfig, Trainer
-
-        config = TrainConfig(data=str(root), steps=steps, downscale=2)
-        trainer = Trainer(load_dataset(root, downscale=2), config)
-        trainer.run(progress=False)
-        _trained["gaussians"] = {k: v.detach() for k, v in trainer.model.activated().items()}
-        _trained["steps"] = steps
-        del trainer
+    """:func:`trained_fox` seen from ``fox_scene``'s 4 cameras with the images ``downscale``
+    times smaller."""
     s = fox_scene(root, with_points=False)
-    s["gaussians"] = _trained["gaussians"]
+    s["gaussians"] = trained_fox(root, steps)
     s["width"], s["height"] = s["width"] // downscale, s["height"] // downscale
     s["Ks"] = s["Ks"].clone()
     s["Ks"][:, :2] /= downscale
@@ -125,7 +128,9 @@ def gsplat_render(s: dict, params: dict, packed: bool, with_depth: bool):
     return image
 
 
-def measure(s: dict, render, repeat: int, with_depth: bool) -> dict:
+def calls(s: dict, render, with_depth: bool) -> tuple:
+    """``(forward, forward_backward)`` of ``render`` on fresh leaf copies of the scene's
+    Gaussians; the backward is of the image times fixed random weights."""
     params = {k: v.clone().requires_grad_(True) for k, v in s["gaussians"].items()}
     channels = 4 if with_depth else 3
     weight = torch.rand(
@@ -141,8 +146,13 @@ def measure(s: dict, render, repeat: int, with_depth: bool) -> dict:
             p.grad = None
         (render(s, params) * weight).sum().backward()
 
+    return forward, forward_backward
+
+
+def measure(s: dict, render, repeat: int, with_depth: bool) -> dict:
+    forward, forward_backward = calls(s, render, with_depth)
     with torch.no_grad():
-        image = render(s, params)[..., :3].detach()
+        image = forward()[..., :3].detach()
     return {
         "forward_ms": cuda_time_ms(forward, repeat=repeat),
         "forward_backward_ms": cuda_time_ms(forward_backward, repeat=repeat),
@@ -174,7 +184,7 @@ def main() -> int:
             "height": s["height"],
         }
         if name in TRAINED_SCALES:
-            row["trained_steps"] = _trained["steps"]
+            row["trained_steps"] = args.trained_steps
         for mode, with_depth in (("rgb", False), ("rgb_depth", True)):
             ours = measure(
                 s, lambda s_, p, d=with_depth: gsnb_render(s_, p, d), args.repeat, with_depth

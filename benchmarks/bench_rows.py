@@ -16,10 +16,8 @@ import statistics
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_raster import gsnb_render, scene_by_name
+from bench_raster import calls, gsnb_render, scene_by_name
 from common import FOX, cuda_time_ms, environment, write_json
 
 from gsnb import kernels
@@ -28,21 +26,12 @@ SETTINGS = {"one": 1, "two": 2, "auto": 0}
 
 
 def one_camera(s: dict) -> dict:
+    """The scene seen from its first camera only."""
     return s | {"viewmats": s["viewmats"][:1], "Ks": s["Ks"][:1]}
 
 
 def time_scene(s: dict, rounds: int, repeat: int) -> dict:
-    params = {k: v.clone().requires_grad_(True) for k, v in s["gaussians"].items()}
-    weight = torch.rand(
-        (s["viewmats"].shape[0], s["height"], s["width"], 3),
-        generator=torch.Generator(device="cuda").manual_seed(0), device="cuda",
-    )  # fmt: skip
-
-    def forward_backward():
-        for p in params.values():
-            p.grad = None
-        (gsnb_render(s, params, False, None) * weight).sum().backward()
-
+    _, forward_backward = calls(s, lambda s_, p: gsnb_render(s_, p, False, None), False)
     times: dict = {name: [] for name in SETTINGS}
     for _ in range(rounds):
         for name, rows in SETTINGS.items():

@@ -180,8 +180,8 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
   }
 
   if (__syncthreads_or(any_unknown))  // rare: a walk past 65534 splats of the tile
-    find_unknown_ends<CH, ROWS>(range, px, unknown, tr, num_opacities, stored, flat_ids, means2d,
-                          conics, feats, opacities, s_geo, s_bo, s_feat);
+    find_unknown_ends<CH, ROWS>(range, px, unknown, tr, num_opacities, stored, flat_ids,
+                                means2d, conics, feats, opacities, s_geo, s_bo, s_feat);
   int last_max = range.start;
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) last_max = max(last_max, px[r].last);

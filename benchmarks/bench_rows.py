@@ -1,10 +1,12 @@
-"""The backward compositing with one pixel a thread against two, on bench_raster's scenes.
+"""The backward compositing's layouts side by side, on bench_raster's scenes.
 
 For each scene of ``benchmarks/bench_raster.py`` (and ``fox_trained_half`` seen from one
 camera, a training step's image), the default ``gsnb.render`` call's forward+backward ms
 (medians of CUDA-event timings, colour only) with the backward kernel forced to one pixel a
-thread, forced to two, and left to choose by the grid's size (``auto``, what users get), in
-turns so that a slow spell of the GPU falls on all three. Writes ``OUT/rows_h200.json``.
+thread over whole tiles (``one``), one pixel a thread over segments of the tiles' splat
+lists (``one_segments``, gsnb's segment length), two pixels a thread over whole tiles
+(``two``), and left to choose by the grid's size (``auto``, what users get), in turns so
+that a slow spell of the GPU falls on all of them. Writes ``OUT/rows_h200.json``.
 
     python benchmarks/bench_rows.py --out OUT --fox .device/fox
 """
@@ -22,7 +24,8 @@ from common import FOX, cuda_time_ms, environment, write_json
 
 from gsnb import kernels
 
-SETTINGS = {"one": 1, "two": 2, "auto": 0}
+# (rows, segments) for kernels.set_rasterize_rows / set_rasterize_segments.
+SETTINGS = {"one": (1, -1), "one_segments": (1, 0), "two": (2, -1), "auto": (0, 0)}
 
 
 def one_camera(s: dict) -> dict:
@@ -34,14 +37,18 @@ def time_scene(s: dict, rounds: int, repeat: int) -> dict:
     _, forward_backward = calls(s, lambda s_, p: gsnb_render(s_, p, False, None), False)
     times: dict = {name: [] for name in SETTINGS}
     for _ in range(rounds):
-        for name, rows in SETTINGS.items():
+        for name, (rows, segments) in SETTINGS.items():
             kernels.set_rasterize_rows(rows=rows)
+            kernels.set_rasterize_segments(length=segments)
             times[name].append(cuda_time_ms(forward_backward, repeat=repeat))
     kernels.set_rasterize_rows(rows=0)
+    kernels.set_rasterize_segments(length=0)
     row = {f"{name}_fwd_bwd_ms": round(statistics.median(t), 4) for name, t in times.items()}
     one, two = row["one_fwd_bwd_ms"], row["two_fwd_bwd_ms"]
     row["two_over_one"] = round(two / one, 4)
-    row["auto_over_best"] = round(row["auto_fwd_bwd_ms"] / min(one, two), 4)
+    row["one_segments_over_one"] = round(row["one_segments_fwd_bwd_ms"] / one, 4)
+    best = min(v for k, v in row.items() if k.endswith("_fwd_bwd_ms") and k != "auto_fwd_bwd_ms")
+    row["auto_over_best"] = round(row["auto_fwd_bwd_ms"] / best, 4)
     return row
 
 

@@ -8,7 +8,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 8;
+  m.attr("ABI_VERSION") = 9;
   // Every entry point runs without the GIL: each only launches work on a stream (binning
   // also waits for its count), so another Python thread -- training beside a viewer or a
   // notebook's widgets -- runs meanwhile instead of waiting for this one's GPU.
@@ -36,12 +36,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rasterize_backward", &gsnb::rasterize_backward, "backward of rasterize_forward",
         py::arg("means2d"), py::arg("conics"), py::arg("feats"), py::arg("opacities"),
         py::arg("offsets"), py::arg("flat_ids"), py::arg("width"), py::arg("height"),
-        py::arg("alpha"), py::arg("depth"), py::arg("last_ids"), py::arg("v_rgb"),
-        py::arg("v_depth"), py::arg("v_alpha"), py::arg("absgrad"), py::arg("backgrounds"),
-        py::arg("stored"), nogil);
+        py::arg("alpha"), py::arg("depth"), py::arg("last_ids"), py::arg("seg_starts"),
+        py::arg("states"), py::arg("v_rgb"), py::arg("v_depth"), py::arg("v_alpha"),
+        py::arg("absgrad"), py::arg("backgrounds"), py::arg("stored"), nogil);
   m.def("set_rasterize_rows", &gsnb::set_rasterize_rows,
         "pixels a thread of the backward compositing shades: 0 by the grid's size, 1 or 2",
         py::arg("rows"));
+  m.def("set_rasterize_segments", &gsnb::set_rasterize_segments,
+        "segments of long splat lists for the backward compositing: 0 by the grid's size, "
+        "-1 none, or a multiple of 256",
+        py::arg("length"));
   m.def("ssim_forward", &gsnb::ssim_forward, "fused SSIM map and its derivatives", py::arg("img1"),
         py::arg("img2"), py::arg("pad"), py::arg("sigma"), py::arg("c1"), py::arg("c2"),
         py::arg("with_grad"), nogil);

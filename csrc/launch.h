@@ -113,20 +113,33 @@ void inclusive_sum(void* temp, size_t& temp_bytes, const int64_t* in, int64_t* o
 
 // channels 3 blends rgb, any other count rgb and depth (4). depth is nullptr with 3.
 // last_ids [C, H, W]: each pixel's walk end relative to its tile's first intersection
-// (raster.cuh: pack_last).
+// (raster.cuh: pack_last). seg_len > 0 (rasterize_segment_length) also fills seg_starts
+// [slots + 2] and the states of the segments (raster.cuh), [at most slots + ceil(m / seg_len),
+// channels + 1, 256] floats; with 0 both are ignored.
 void launch_rasterize_forward(
     int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
     const float* means2d, const float* conics, const float* feats, const float* opacities,
     bool stored, const int* offsets, const int* flat_ids, const float* background, float* rgb,
-    float* depth, float* alpha, uint16_t* last_ids, cudaStream_t stream);
+    float* depth, float* alpha, uint16_t* last_ids, int seg_len, int* seg_starts,
+    float* states, cudaStream_t stream);
 
+// The segments' length for a forward pass of c cameras and m intersections: 0 (none) unless
+// the backward compositing runs one row a thread (a small grid), else a multiple of 256.
+int rasterize_segment_length(int64_t c, int64_t width, int64_t height, int64_t m);
+// 0, the default, chooses by rasterize_segment_length's rule; -1 turns segments off; a
+// positive multiple of 256 forces that length. Returns the previous setting.
+int rasterize_segments_override(int length);
+
+// seg_starts and states: the forward's (nullptr without segments; num_segments, the states'
+// rows, sizes the grid).
 void launch_rasterize_backward(
     int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
     const float* means2d, const float* conics, const float* feats, const float* opacities,
     bool stored, const int* offsets, const int* flat_ids, const float* alpha,
     const float* depth, const uint16_t* last_ids, const float* background, const float* v_rgb,
     const float* v_depth, const float* v_alpha, float* v_means2d, float* v_conics,
-    float* v_feats, float* v_opacities, float* v_abs, cudaStream_t stream);
+    float* v_feats, float* v_opacities, float* v_abs, const int* seg_starts,
+    const float* states, int64_t num_segments, cudaStream_t stream);
 
 // Pixels a thread of the backward compositing shades (raster.cuh: rasterize_rows): 0, the
 // default, chooses by the grid's size; 1 or 2 force it. Returns the previous setting.

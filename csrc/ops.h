@@ -56,8 +56,9 @@ std::vector<at::Tensor> bin_splats(
 
 // -> rgb [C,H,W,3], expected depth [C,H,W,1] (empty without a depth channel), alpha [C,H,W,1],
 //    last ids [C,H,W] int16 (each pixel's walk end past its tile's first intersection, as
-//    uint16 bits; 0xFFFF: the backward walks the tile again). feats [C,N,3|4]: colours, and
-//    depth as a fourth channel.
+//    uint16 bits; 0xFFFF: the backward walks the tile again), then seg_starts [slots+2] int32
+//    and states [S,ch+1,256] of the segments the backward walks (raster.cuh; both empty
+//    on large grids). feats [C,N,3|4]: colours, and depth as a fourth channel.
 //    backgrounds [C,3] (optional): rgb = blend + (1 - alpha) * background.
 std::vector<at::Tensor> rasterize_forward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
@@ -70,14 +71,19 @@ std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
     int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
-    const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
-    const at::Tensor& v_alpha, bool absgrad, const std::optional<at::Tensor>& backgrounds,
-    bool stored);
+    const at::Tensor& last_ids, const at::Tensor& seg_starts, const at::Tensor& states,
+    const at::Tensor& v_rgb, const at::Tensor& v_depth, const at::Tensor& v_alpha, bool absgrad,
+    const std::optional<at::Tensor>& backgrounds, bool stored);
 
 // Pixels a thread of the backward compositing shades: 0 (the default) chooses by the grid's
 // size, 1 or 2 force it (benchmarks, tests); the gradients agree either way (to the order of
 // float additions). Returns the previous setting.
 int64_t set_rasterize_rows(int64_t rows);
+
+// Segments of long splat lists for the backward compositing (raster.cuh): 0 (the default)
+// on the small grids that shade one row a thread, -1 none, or a forced length (a positive
+// multiple of 256). Returns the previous setting.
+int64_t set_rasterize_segments(int64_t length);
 
 // Fused SSIM with an 11-tap Gaussian window over [B, H, W, C] float32 images.
 // -> map [B, Ho, Wo, C] (Ho = H + 2 pad - 10), and with_grad its derivatives with respect

@@ -60,25 +60,46 @@ struct TilePixel {
   bool inside;     // the last tile row and column may overhang the image
   int64_t pix;     // flat index of the pixel in [C, H, W]
   int start, end;  // the tile's intersections [start, end) in the sorted list
+  int slot;        // the (camera, tile) slot, block_slot
 };
 
-// The intersections [start, end) of the block's (camera, tile) in the sorted list.
+// The intersections [start, end) of a (camera, tile) slot in the sorted list.
 struct TileRange {
   int start, end;
 };
 
-// offsets [C, tiles_y, tiles_x] hold the first intersection of each (camera, tile) slot in
-// the m sorted intersections; a slot ends where the next begins, the last one at m. The
-// block's tile is (blockIdx.x, blockIdx.y) of camera blockIdx.z.
-__device__ __forceinline__ TileRange tile_range(const int* __restrict__ offsets, int num_cams,
-                                                int tiles_x, int tiles_y, int m) {
-  const int num_tiles = tiles_x * tiles_y;
-  const int slot = blockIdx.z * num_tiles + blockIdx.y * tiles_x + blockIdx.x;
-  const bool last = slot == num_cams * num_tiles - 1;
+// offsets [C, tiles_y, tiles_x] hold the first intersection of each of the num_slots
+// (camera, tile) slots in the m sorted intersections; a slot ends where the next begins, the
+// last one at m.
+__device__ __forceinline__ TileRange slot_range(const int* __restrict__ offsets, int slot,
+                                                int num_slots, int m) {
   TileRange r;
   r.start = offsets[slot];
-  r.end = last ? m : offsets[slot + 1];
+  r.end = slot == num_slots - 1 ? m : offsets[slot + 1];
   return r;
+}
+
+// The slot of the block's tile (blockIdx.x, blockIdx.y) of camera blockIdx.z.
+__device__ __forceinline__ int block_slot(int tiles_x, int tiles_y) {
+  return (blockIdx.z * tiles_y + blockIdx.y) * tiles_x + blockIdx.x;
+}
+
+// The intersections of the block's tile.
+__device__ __forceinline__ TileRange tile_range(const int* __restrict__ offsets, int num_cams,
+                                                int tiles_x, int tiles_y, int m) {
+  return slot_range(offsets, block_slot(tiles_x, tiles_y), num_cams * tiles_x * tiles_y, m);
+}
+
+// Segments: on small grids, whose few tiles each hold long lists of splats, the backward
+// compositing runs one block per segment of L splats of a tile (L a multiple of kBlock;
+// rasterize_segment_length) instead of one per tile, so that a long list is walked by
+// several blocks at once. seg_starts [slots + 2] int32 holds the first segment of each slot
+// (a slot has max(1, ceil(length / L)) of them), the total at [slots] and L at [slots + 1].
+// The forward pass records, where each segment k >= 1 of a tile begins, what the backward's
+// walk of each pixel carries there (segment_state): the transmittance in front of the
+// segment and, per channel, the sum of w f of the splats the pixel blends from there on.
+__device__ __forceinline__ int64_t segment_state(int segment, int channels) {
+  return (int64_t)segment * (channels + 1) * kBlock;
 }
 
 // The pixel of thread (threadIdx.x, threadIdx.y) and the intersections of its tile.
@@ -94,7 +115,8 @@ __device__ __forceinline__ TilePixel tile_pixel(const int* __restrict__ offsets,
   p.py = (float)p.i + 0.5f;
   p.inside = p.i < height && p.j < width;
   p.pix = ((int64_t)p.cam * height + p.i) * width + p.j;
-  const TileRange r = tile_range(offsets, num_cams, tiles_x, tiles_y, m);
+  p.slot = block_slot(tiles_x, tiles_y);
+  const TileRange r = slot_range(offsets, p.slot, num_cams * tiles_x * tiles_y, m);
   p.start = r.start;
   p.end = r.end;
   return p;

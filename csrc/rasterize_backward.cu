@@ -128,12 +128,43 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
     const float* __restrict__ v_rgb, const float* __restrict__ v_depth,
     const float* __restrict__ v_out_alpha,
     float* __restrict__ v_means2d, float* __restrict__ v_conics, float* __restrict__ v_feats,
-    float* __restrict__ v_opacities, float* __restrict__ v_means2d_abs) {
+    float* __restrict__ v_opacities, float* __restrict__ v_means2d_abs,
+    const int* __restrict__ seg_starts, const float* __restrict__ states) {
   constexpr int kThreads = kBlock / ROWS;
-  const TileRange range = tile_range(offsets, num_cams, tiles_x, tiles_y, m);
-  const int cam = blockIdx.z;
+  // The block's splats [lo, hi) of its tile's `range`: the whole tile (a grid over the tiles),
+  // or one segment (raster.cuh; a one-dimensional grid over the segments). `state`: where
+  // the forward recorded the walk's state at hi, for pixels that walk past it.
+  const int num_slots = num_cams * tiles_x * tiles_y;
+  int tile = 0;
+  int lo = 0, hi = 0;
+  const float* state = nullptr;
+  TileRange range;
+  if (seg_starts == nullptr) {
+    tile = block_slot(tiles_x, tiles_y);
+    range = slot_range(offsets, tile, num_slots, m);
+    lo = range.start;
+    hi = range.end;
+  } else {
+    const int w = blockIdx.x;
+    if (w >= seg_starts[num_slots]) return;  // past the last segment: the whole block
+    // The last tile whose first segment is at or before w.
+    int a = 0, b = num_slots - 1;
+    while (a < b) {
+      const int mid = (a + b + 1) / 2;
+      if (seg_starts[mid] <= w) a = mid; else b = mid - 1;
+    }
+    tile = a;
+    const int seg_len = seg_starts[num_slots + 1];
+    range = slot_range(offsets, tile, num_slots, m);
+    lo = range.start + (w - seg_starts[tile]) * seg_len;
+    hi = min(lo + seg_len, range.end);
+    if (hi < range.end) state = states + segment_state(w + 1, CH);
+  }
+  const int num_tiles = tiles_x * tiles_y;
+  const int cam = tile / num_tiles, tile_y = tile % num_tiles / tiles_x;
+  const int tile_x = tile % tiles_x;
   const int tr = threadIdx.y * kTile + threadIdx.x, lane = tr & 31;
-  const int j = blockIdx.x * kTile + threadIdx.x;
+  const int j = tile_x * kTile + threadIdx.x;
   __shared__ int s_id[kThreads];
   __shared__ float4 s_geo[kThreads];
   __shared__ float2 s_bo[kThreads];
@@ -146,7 +177,7 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     PixelBack<CH>& q = px[r];
-    const int i = blockIdx.y * kTile + threadIdx.y * ROWS + r;
+    const int i = tile_y * kTile + threadIdx.y * ROWS + r;
     const bool inside = i < height && j < width;
     const int64_t pix = ((int64_t)cam * height + i) * width + j;
     q.px = (float)j + 0.5f;
@@ -182,13 +213,26 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
   if (__syncthreads_or(any_unknown))  // rare: a walk past 65534 splats of the tile
     find_unknown_ends<CH, ROWS>(range, px, unknown, tr, num_opacities, stored, flat_ids,
                                 means2d, conics, feats, opacities, s_geo, s_bo, s_feat);
-  int last_max = range.start;
+  if (state != nullptr) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      PixelBack<CH>& q = px[r];
+      if (q.last <= hi) continue;
+      // The walk goes on past the segment: it enters it from hi with the recorded state.
+      const int at = (threadIdx.y * ROWS + r) * kTile + threadIdx.x;  // the forward's thread
+      q.T = state[at];
+#pragma unroll
+      for (int ch = 0; ch < CH; ++ch) q.behind[ch] = state[(1 + ch) * kBlock + at];
+      q.last = hi;
+    }
+  }
+  int last_max = lo;
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) last_max = max(last_max, px[r].last);
 
   // The largest last index of the block and of this warp: nothing beyond contributed.
   __shared__ int s_last;
-  if (tr == 0) s_last = range.start;
+  if (tr == 0) s_last = lo;
   __syncthreads();
   atomicMax(&s_last, last_max);
   const int warp_last = warp_all_reduce(last_max, MaxOp{});
@@ -196,16 +240,16 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
   const int block_end = s_last;
 
   const int slot = lane >> 1;
-  for (int top = block_end; top > range.start; top -= kThreads) {
+  for (int top = block_end; top > lo; top -= kThreads) {
     __syncthreads();
     const int k = top - 1 - tr;
-    if (k >= range.start)
+    if (k >= lo)
       s_id[tr] = stage_splat<CH>(k, tr, num_opacities, stored, flat_ids, means2d, conics, feats,
                                  opacities, s_geo, s_bo, s_feat);
 #pragma unroll
     for (int s2 = 0; s2 < kGradStride; ++s2) s_grad[tr * kGradStride + s2] = 0.f;
     __syncthreads();
-    const int count = min(kThreads, top - range.start);
+    const int count = min(kThreads, top - lo);
     // Splats at or beyond this warp's last index cannot touch its pixels.
     for (int t = max(0, top - warp_last); t < count; ++t) {
       const int kk = top - 1 - t;
@@ -233,7 +277,7 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
         atomicAdd(&s_grad[t * kGradStride + slot], total);
     }
     __syncthreads();
-    if (k >= range.start) {
+    if (k >= lo) {
       const int g = s_id[tr];
       const float* row = s_grad + tr * kGradStride;
       float* dst[kGradSlots];
@@ -268,14 +312,17 @@ void launch_rows(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
                  const float* alpha, const float* depth, const uint16_t* last_ids,
                  const float* background, const float* v_rgb, const float* v_depth,
                  const float* v_alpha, float* v_means2d, float* v_conics, float* v_feats,
-                 float* v_opacities, float* v_abs, cudaStream_t stream) {
+                 float* v_opacities, float* v_abs, const int* seg_starts, const float* states,
+                 int64_t num_segments, cudaStream_t stream) {
   const int tiles_x = div_up(width, kTile), tiles_y = div_up(height, kTile);
-  const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile / ROWS);
+  const dim3 grid = seg_starts != nullptr ? dim3((unsigned)num_segments)
+                                          : dim3(tiles_x, tiles_y, c);
+  const dim3 block(kTile, kTile / ROWS);
   rasterize_backward_kernel<CH, ROWS><<<grid, block, 0, stream>>>(
       c, n, width, height, tiles_x, tiles_y, m, reinterpret_cast<const float2*>(means2d),
       reinterpret_cast<const float3*>(conics), feats, opacities, stored, offsets, flat_ids,
       alpha, depth, last_ids, background, v_rgb, v_depth, v_alpha, v_means2d, v_conics,
-      v_feats, v_opacities, v_abs);
+      v_feats, v_opacities, v_abs, seg_starts, states);
 }
 
 std::atomic<int> rows_setting{0};
@@ -300,15 +347,16 @@ void launch_rasterize_backward(
     bool stored, const int* offsets, const int* flat_ids, const float* alpha,
     const float* depth, const uint16_t* last_ids, const float* background, const float* v_rgb,
     const float* v_depth, const float* v_alpha, float* v_means2d, float* v_conics,
-    float* v_feats, float* v_opacities, float* v_abs, cudaStream_t stream) {
+    float* v_feats, float* v_opacities, float* v_abs, const int* seg_starts,
+    const float* states, int64_t num_segments, cudaStream_t stream) {
   if (channels == 3)
     launch<3>(c, n, width, height, m, means2d, conics, feats, opacities, stored, offsets,
               flat_ids, alpha, depth, last_ids, background, v_rgb, v_depth, v_alpha, v_means2d,
-              v_conics, v_feats, v_opacities, v_abs, stream);
+              v_conics, v_feats, v_opacities, v_abs, seg_starts, states, num_segments, stream);
   else
     launch<4>(c, n, width, height, m, means2d, conics, feats, opacities, stored, offsets,
               flat_ids, alpha, depth, last_ids, background, v_rgb, v_depth, v_alpha, v_means2d,
-              v_conics, v_feats, v_opacities, v_abs, stream);
+              v_conics, v_feats, v_opacities, v_abs, seg_starts, states, num_segments, stream);
 }
 
 }  // namespace gsnb

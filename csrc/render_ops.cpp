@@ -303,27 +303,43 @@ std::vector<at::Tensor> rasterize_forward(
   auto alpha = at::empty({c, height, width, 1}, f);
   // 16-bit walk ends relative to the tile (raster.cuh: pack_last), kept for the backward.
   auto last_ids = at::empty({c, height, width}, f.dtype(at::kShort));
-  const int64_t n = opacity_count(opacities, means2d);
+  const int64_t n = opacity_count(opacities, means2d), m = flat_ids.size(0);
+  // Segments of long splat lists (raster.cuh), for the backward: their first indices per
+  // slot and the walk's state where each begins; empty without segments.
+  const int seg_len = rasterize_segment_length(c, width, height, m);
+  const int64_t slots = c * div_up(width, kTile) * div_up(height, kTile);
+  auto seg_starts = at::empty({seg_len > 0 ? slots + 2 : 0}, f.dtype(at::kInt));
+  auto states = at::empty({seg_len > 0 ? slots + div_up(m, seg_len) : 0, ch + 1, kTile * kTile}, f);
   launch_rasterize_forward(
-      ch, c, n, width, height, flat_ids.size(0), means2d.data_ptr<float>(),
-      conics.data_ptr<float>(), feats.data_ptr<float>(), opacities.data_ptr<float>(), stored,
-      offsets.data_ptr<int>(), flat_ids.data_ptr<int>(), bg, rgb.data_ptr<float>(),
+      ch, c, n, width, height, m, means2d.data_ptr<float>(), conics.data_ptr<float>(),
+      feats.data_ptr<float>(), opacities.data_ptr<float>(), stored, offsets.data_ptr<int>(),
+      flat_ids.data_ptr<int>(), bg, rgb.data_ptr<float>(),
       ch == 4 ? depth.data_ptr<float>() : nullptr, alpha.data_ptr<float>(),
-      reinterpret_cast<uint16_t*>(last_ids.data_ptr<int16_t>()),
-      c10::cuda::getCurrentCUDAStream());
+      reinterpret_cast<uint16_t*>(last_ids.data_ptr<int16_t>()), seg_len,
+      seg_len > 0 ? seg_starts.data_ptr<int>() : nullptr,
+      seg_len > 0 ? states.data_ptr<float>() : nullptr, c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {rgb, depth, alpha, last_ids};
+  return {rgb, depth, alpha, last_ids, seg_starts, states};
 }
 
 std::vector<at::Tensor> rasterize_backward(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& feats,
     const at::Tensor& opacities, const at::Tensor& offsets, const at::Tensor& flat_ids,
     int64_t width, int64_t height, const at::Tensor& alpha, const at::Tensor& depth,
-    const at::Tensor& last_ids, const at::Tensor& v_rgb, const at::Tensor& v_depth,
-    const at::Tensor& v_alpha, bool absgrad, const std::optional<at::Tensor>& backgrounds,
-    bool stored) {
+    const at::Tensor& last_ids, const at::Tensor& seg_starts, const at::Tensor& states,
+    const at::Tensor& v_rgb, const at::Tensor& v_depth, const at::Tensor& v_alpha, bool absgrad,
+    const std::optional<at::Tensor>& backgrounds, bool stored) {
   const c10::cuda::OptionalCUDAGuard guard(means2d.device());
   const float* bg = background_ptr(backgrounds, means2d);
+  const bool segmented = seg_starts.numel() > 0;
+  if (segmented) {
+    const int64_t slots = means2d.size(0) * div_up(width, kTile) * div_up(height, kTile);
+    TORCH_CHECK(seg_starts.scalar_type() == at::kInt && seg_starts.numel() == slots + 2 &&
+                    states.dim() == 3 && states.size(1) == feats.size(-1) + 1 &&
+                    states.size(2) == kTile * kTile,
+                "rasterize_backward: seg_starts and states must be rasterize_forward's for "
+                "these splats and this image size");
+  }
   auto v_means2d = at::zeros_like(means2d);
   auto v_conics = at::zeros_like(conics);
   auto v_feats = at::zeros_like(feats);
@@ -344,10 +360,20 @@ std::vector<at::Tensor> rasterize_backward(
       with_depth && v_depth.numel() > 0 ? v_depth.data_ptr<float>() : nullptr,
       v_alpha.numel() > 0 ? v_alpha.data_ptr<float>() : nullptr, v_means2d.data_ptr<float>(),
       v_conics.data_ptr<float>(), v_feats.data_ptr<float>(), v_opacities.data_ptr<float>(),
-      v_abs_ptr, c10::cuda::getCurrentCUDAStream());
+      v_abs_ptr, segmented ? seg_starts.data_ptr<int>() : nullptr,
+      segmented ? states.data_ptr<float>() : nullptr, segmented ? states.size(0) : 0,
+      c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (absgrad) return {v_means2d, v_conics, v_feats, v_opacities, v_abs};
   return {v_means2d, v_conics, v_feats, v_opacities};
+}
+
+int64_t set_rasterize_segments(int64_t length) {
+  TORCH_CHECK(length == 0 || length == -1 || (length > 0 && length % (kTile * kTile) == 0 &&
+                                              length <= (1 << 30)),
+              "set_rasterize_segments: length must be 0 (by the grid's size), -1 (none) or a "
+              "positive multiple of 256, got ", length);
+  return rasterize_segments_override(static_cast<int>(length));
 }
 
 int64_t set_rasterize_rows(int64_t rows) {

@@ -52,6 +52,7 @@ std::vector<at::Tensor> train_forward_backward(
   auto image = rasterize_forward(means2d, conics, feats, blend, offsets, flat_ids, width, height,
                                  backgrounds, logits);
   const at::Tensor &rgb = image[0], &depth = image[1], &alpha = image[2], &last_ids = image[3];
+  const at::Tensor &seg_starts = image[4], &states = image[5];
 
   // The loss and its gradient with respect to the render (d loss / d loss = 1).
   auto loss = photometric_forward(rgb, target, pad, sigma, c1, c2, lambda, /*with_grad=*/true);
@@ -65,8 +66,8 @@ std::vector<at::Tensor> train_forward_backward(
   // projection takes the per-camera opacities' gradient back to the logits and the shapes.
   const at::Tensor none = at::empty({0}, means.options());
   auto raster = rasterize_backward(means2d, conics, feats, blend, offsets, flat_ids, width,
-                                   height, alpha, depth, last_ids, v_rgb, none, none, absgrad,
-                                   backgrounds, logits);
+                                   height, alpha, depth, last_ids, seg_starts, states, v_rgb,
+                                   none, none, absgrad, backgrounds, logits);
   const at::Tensor &v_means2d = raster[0], &v_conics = raster[1], &v_feats = raster[2];
   auto grads = project_backward(means, quats, scales, per_camera ? opacities : none, sh0, shN,
                                 viewmats, Ks, width, height, near_plane, far_plane, sh_degree,

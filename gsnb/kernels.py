@@ -34,6 +34,7 @@ __all__ = [
     "require",
     "set_extension",
     "set_rasterize_rows",
+    "set_rasterize_segments",
     "ssim_backward",
     "ssim_forward",
     "train_forward_backward",
@@ -201,8 +202,11 @@ def rasterize_forward(
     stored: bool,
 ) -> list[Tensor]:
     """Front-to-back blending: ``[rgb [C, H, W, 3], depth [C, H, W, 1] (empty without a depth
-    channel), alpha [C, H, W, 1], last_ids [C, H, W] int16]``: each pixel's walk end past its
-    tile's first intersection, for :func:`rasterize_backward` (uint16 bits)."""
+    channel), alpha [C, H, W, 1], last_ids [C, H, W] int16, seg_starts [slots + 2] int32,
+    states [S, channels + 1, 256]]``: each pixel's walk end past its tile's first
+    intersection (uint16 bits), and on small grids the segments of the tiles' splat lists
+    that :func:`rasterize_backward` walks in parallel, with the walk's state where each
+    begins (both empty on large grids)."""
     return require().rasterize_forward(
         means2d, conics, feats, opacities, offsets, flat_ids, width, height, backgrounds, stored
     )
@@ -221,6 +225,8 @@ def rasterize_backward(
     alpha: Tensor,  # [C, H, W, 1]
     depth: Tensor,  # [C, H, W, 1] or empty
     last_ids: Tensor,  # [C, H, W] int16, rasterize_forward's
+    seg_starts: Tensor,  # [slots + 2] int32 or empty, rasterize_forward's
+    states: Tensor,  # [S, channels + 1, 256] or empty, rasterize_forward's
     v_rgb: Tensor,  # [C, H, W, 3]
     v_depth: Tensor,  # [C, H, W, 1], or empty: zero
     v_alpha: Tensor,  # [C, H, W, 1], or empty: zero
@@ -232,7 +238,7 @@ def rasterize_backward(
     then ``|v_means2d|`` summed over pixels ``[C, N, 2]`` when ``absgrad``."""
     return require().rasterize_backward(
         means2d, conics, feats, opacities, offsets, flat_ids, width, height, alpha, depth,
-        last_ids, v_rgb, v_depth, v_alpha, absgrad, backgrounds, stored,
+        last_ids, seg_starts, states, v_rgb, v_depth, v_alpha, absgrad, backgrounds, stored,
     )  # fmt: skip
 
 
@@ -242,6 +248,15 @@ def set_rasterize_rows(*, rows: int) -> int:
     force it. The gradients agree either way, to the order of float additions; for
     benchmarks and tests. Returns the previous setting."""
     return require().set_rasterize_rows(rows)
+
+
+def set_rasterize_segments(*, length: int) -> int:
+    """Segments of long splat lists that the backward compositing walks in parallel, one
+    block each: ``0`` (the default) on the small grids that shade one pixel a thread
+    (:func:`set_rasterize_rows`), ``-1`` none, or a forced length (a positive multiple of
+    256). The gradients agree either way, to the order of float additions; for benchmarks
+    and tests. Returns the previous setting."""
+    return require().set_rasterize_segments(length)
 
 
 # The training kernels (gsnb.train: losses, optimiser, health, densification).

@@ -138,7 +138,7 @@ class _Rasterize(torch.autograd.Function):
         absgrad_sink: Tensor | None,
         backgrounds: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        rgb, depth, alpha, last_ids = kernels.rasterize_forward(
+        rgb, depth, alpha, last_ids, seg_starts, states = kernels.rasterize_forward(
             means2d=means2d, conics=conics, feats=feats, opacities=opacities, offsets=offsets,
             flat_ids=flat_ids, width=frame.width, height=frame.height, backgrounds=backgrounds,
             stored=frame.stored_opacities,
@@ -147,7 +147,7 @@ class _Rasterize(torch.autograd.Function):
         # backward pass is caught.
         ctx.save_for_backward(
             means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids,
-            backgrounds,
+            seg_starts, states, backgrounds,
         )  # fmt: skip
         ctx.frame = frame
         ctx.absgrad_sink = absgrad_sink
@@ -157,16 +157,18 @@ class _Rasterize(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, v_rgb: Tensor, v_depth: Tensor, v_alpha: Tensor):  # type: ignore[override]
-        means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids, bg = (
-            ctx.saved_tensors
-        )
+        (
+            means2d, conics, feats, opacities, offsets, flat_ids, alpha, depth, last_ids,
+            seg_starts, states, bg,
+        ) = ctx.saved_tensors  # fmt: skip
         frame: _Frame = ctx.frame
         sink = ctx.absgrad_sink
         grads = kernels.rasterize_backward(
             means2d=means2d, conics=conics, feats=feats, opacities=opacities, offsets=offsets,
             flat_ids=flat_ids, width=frame.width, height=frame.height, alpha=alpha, depth=depth,
-            last_ids=last_ids, v_rgb=_grad(v_rgb, (*alpha.shape[:3], 3), alpha),
-            v_depth=_grad(v_depth, None, alpha), v_alpha=_grad(v_alpha, None, alpha),
+            last_ids=last_ids, seg_starts=seg_starts, states=states,
+            v_rgb=_grad(v_rgb, (*alpha.shape[:3], 3), alpha), v_depth=_grad(v_depth, None, alpha),
+            v_alpha=_grad(v_alpha, None, alpha),
             absgrad=sink is not None, backgrounds=bg, stored=frame.stored_opacities,
         )  # fmt: skip
         if sink is not None:

@@ -20,13 +20,32 @@ GRAD_TOL = 1e-3  # relative L2 error of each gradient
 KEYS = ("means", "quats", "scales", "opacities", "colors")
 
 
-@pytest.fixture(autouse=True, params=[1, 2], ids=["one_row", "two_rows"])
-def rows(request, cuda_ext):
-    """Every test here runs with the backward compositing shading one pixel a thread and
-    with two (gsnb picks by the grid's size: these small images would always get one)."""
-    previous = kernels.set_rasterize_rows(rows=request.param)
+# The backward compositing's layouts: pixels a thread, and segments of the tiles' splat lists
+# (0: gsnb's choice by the grid's size, which for these small images is one pixel a thread
+# and segments of 1024 splats; -1: none; 256: forced short ones, several a tile).
+LAYOUTS = {
+    "one_row": (1, 0),
+    "two_rows": (2, 0),
+    "one_row_unsegmented": (1, -1),
+    "one_row_segments_256": (1, 256),
+    "two_rows_segments_256": (2, 256),
+}
+
+
+def use_layout(rows: int, segments: int) -> tuple[int, int]:
+    """Sets the backward compositing's layout; returns the previous one."""
+    return (
+        kernels.set_rasterize_rows(rows=rows),
+        kernels.set_rasterize_segments(length=segments),
+    )
+
+
+@pytest.fixture(autouse=True, params=list(LAYOUTS.values()), ids=list(LAYOUTS))
+def layout(request, cuda_ext):
+    """Every test here runs with each layout of the backward compositing."""
+    previous = use_layout(*request.param)
     yield request.param
-    kernels.set_rasterize_rows(rows=previous)
+    use_layout(*previous)
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -198,24 +217,29 @@ def test_background_with_a_gradient(cuda_ext):
     assert rel_err(grads["cuda"], grads["reference"]) < GRAD_TOL
 
 
-def test_one_and_two_rows_a_thread_give_the_same_gradients(rows):
+def test_the_backward_layouts_give_the_same_gradients(layout):
+    # Long lists: 20,000 Gaussians over 16x11 tiles of two cameras.
     g, viewmats, Ks = scene(20000, 256, 173, 2, seed=3)
     grads = {}
-    for r in (1, 2):
-        kernels.set_rasterize_rows(rows=r)
+    for name, setting in LAYOUTS.items():
+        use_layout(*setting)
         params = {k: v.clone().requires_grad_(True) for k, v in g.items()}
         out = gsnb.render(
             **params, viewmats=viewmats, Ks=Ks, width=256, height=173, backend="cuda",
             with_depth=True,
         )  # fmt: skip
         (out.rgb.sum() + out.alpha.square().sum() + out.depth.sum()).backward()
-        grads[r] = {k: p.grad for k, p in params.items()}
-    kernels.set_rasterize_rows(rows=rows)
-    for k in KEYS:
-        # The same sums, added in another order by the atomics.
-        assert rel_err(grads[2][k], grads[1][k]) < 1e-5, k
+        grads[name] = {k: p.grad for k, p in params.items()}
+    use_layout(*layout)
+    for name in LAYOUTS:
+        for k in KEYS:
+            # The same sums in another order (atomics; a segment's start from the forward's
+            # running sums).
+            assert rel_err(grads[name][k], grads["two_rows"][k]) < 1e-4, (name, k)
     with pytest.raises(RuntimeError, match=r"rows must be 0 \(by the grid's size\), 1 or 2"):
         kernels.set_rasterize_rows(rows=3)
+    with pytest.raises(RuntimeError, match="a positive multiple of 256"):
+        kernels.set_rasterize_segments(length=300)
 
 
 def test_several_cameras_equal_one_at_a_time(cuda_ext):

@@ -26,13 +26,14 @@ __device__ __forceinline__ uint16_t pack_last(int last, int start) {
 }
 
 // Pixels a thread of the backward compositing shades: 2 (its warp sums then serve twice the
-// pixels) unless one-pixel blocks of 256 threads, one per (camera, tile), would not fill
-// every SM once (2048 threads fit on one): then 1, since two-pixel blocks halve a small
-// grid's parallelism, and its few tiles each hold long lists of splats. Measured on an H200
-// (132 SMs, benchmarks/results/rows_h200.json): two took 0.83-0.93x one's time at 8160
-// blocks and more, one 0.84x two's at 540 (4x135x240); at 2040 (one 540x960 training
-// image) two leases disagreed (one 0.92x two's, then two 0.96x one's), so it stays at two.
-// rasterize_rows_override (launch.h) can force either.
+// pixels) unless one-pixel blocks of 256 threads, one per (camera, tile), would fill the SMs
+// (2048 threads fit on one) fewer than four times: then 1, since two-pixel blocks halve a
+// small grid's parallelism, and one pixel a thread walks segments of the tiles' long lists
+// in parallel (rasterize_segment_length). Measured on an H200 (132 SMs; 4 waves are 4224
+// blocks; benchmarks/results/rows_h200.json): at 8160 blocks and more two took 0.83-0.93x
+// one's time; at 2040 (one 540x960 training image) one with segments took 0.84-0.91x two's
+// (two leases), at 540 (4x135x240) 0.57-0.59x. rasterize_rows_override (launch.h) can force
+// either.
 inline int rasterize_rows(int64_t cams, int64_t width, int64_t height) {
   const int forced = rasterize_rows_setting();
   if (forced != 0) return forced;
@@ -47,7 +48,7 @@ inline int rasterize_rows(int64_t cams, int64_t width, int64_t height) {
     sms[device] = count;
   }
   const int64_t blocks = cams * div_up(width, kTile) * div_up(height, kTile);
-  return blocks < (int64_t)sms[device] * (2048 / kBlock) ? 1 : 2;
+  return blocks < (int64_t)sms[device] * (2048 / kBlock) * 4 ? 1 : 2;
 }
 
 // The pixel a thread of a rasterize block shades. The grid is (tiles_x, tiles_y, cameras)

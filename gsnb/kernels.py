@@ -244,9 +244,10 @@ def rasterize_backward(
 
 def set_rasterize_rows(*, rows: int) -> int:
     """Pixels a thread of the backward compositing shades: ``0`` (the default) chooses by the
-    grid's size (two, unless one-pixel blocks would not fill the GPU once), ``1`` or ``2``
-    force it. The gradients agree either way, to the order of float additions; for
-    benchmarks and tests. Returns the previous setting."""
+    grid's size (two, unless one-pixel blocks would fill the GPU fewer than four times: one,
+    with segments, set_rasterize_segments), ``1`` or ``2`` force it. The gradients agree
+    either way, to the order of float additions; for benchmarks and tests. Returns the
+    previous setting."""
     return require().set_rasterize_rows(rows)
 
 

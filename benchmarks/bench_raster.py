@@ -9,7 +9,9 @@ the first such scene) seen from the same 4 cameras at 1080x1920 (``fox_trained_f
 dominate). For each: forward ms,
 forward+backward ms (medians of CUDA-event timings after warm-up), peak extra
 memory, and the PSNR of gsnb's render against gsplat's. Each scene runs twice:
-colour only (gsplat render_mode "RGB") and colour with expected depth ("RGB+ED").
+colour only (gsplat render_mode "RGB") and colour with expected depth ("RGB+ED"). The
+backward is of each output as the renderer returns it (gsnb's ``rgb`` and ``depth``,
+gsplat's one RGB+ED image) times fixed random weights, the same for both.
 gsnb runs twice: ``gsnb`` with ``check_values=False`` and ``gsnb_default``, the call
 with every option at its default (value checks inside the projection kernel).
 
@@ -106,18 +108,24 @@ def scene_by_name(name: str, fox: Path, trained_steps: int = 7000) -> dict:
     return fox_scene(fox)
 
 
-def gsnb_render(s: dict, params: dict, with_depth: bool, check_values: bool | None = False):
-    """``check_values=None``: the argument is left out, so the call is the default one."""
+def gsnb_render(
+    s: dict, params: dict, with_depth: bool, check_values: bool | None = False
+) -> tuple[torch.Tensor, ...]:
+    """``(rgb,)`` or ``(rgb, depth)``, as ``gsnb.render`` returns them. ``check_values=None``:
+    the argument is left out, so the call is the default one."""
     checks = {} if check_values is None else {"check_values": check_values}
     out = gsnb.render(
         params["means"], params["quats"], params["scales"], params["opacities"], params["colors"],
         s["viewmats"], s["Ks"], s["width"], s["height"], backend="cuda", with_depth=with_depth,
         **checks,
     )  # fmt: skip
-    return torch.cat([out.rgb, out.depth], -1) if with_depth else out.rgb
+    return (out.rgb, out.depth) if with_depth else (out.rgb,)
 
 
-def gsplat_render(s: dict, params: dict, packed: bool, with_depth: bool):
+def gsplat_render(
+    s: dict, params: dict, packed: bool, with_depth: bool
+) -> tuple[torch.Tensor, ...]:
+    """``(image,)``: RGB, or RGB and expected depth in one ``[C, H, W, 4]`` image."""
     import gsplat
 
     image, _, _ = gsplat.rasterization(
@@ -125,18 +133,35 @@ def gsplat_render(s: dict, params: dict, packed: bool, with_depth: bool):
         s["viewmats"], s["Ks"], s["width"], s["height"], sh_degree=3, packed=packed,
         rasterize_mode="classic", render_mode="RGB+ED" if with_depth else "RGB",
     )  # fmt: skip
-    return image
+    return (image,)
+
+
+def weighed(weight: torch.Tensor):
+    """The loss ``sum(output * weight)`` over a render's outputs, whose channels split
+    ``weight``'s last dimension in order; each split is made contiguous once."""
+    pieces: dict[tuple[int, ...], list[torch.Tensor]] = {}
+
+    def loss(outputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        key = tuple(t.shape[-1] for t in outputs)
+        if key not in pieces:
+            pieces[key] = [w.contiguous() for w in weight.split(list(key), dim=-1)]
+        total = (outputs[0] * pieces[key][0]).sum()
+        for t, w in zip(outputs[1:], pieces[key][1:], strict=True):
+            total = total + (t * w).sum()
+        return total
+
+    return loss
 
 
 def calls(s: dict, render, with_depth: bool) -> tuple:
     """``(forward, forward_backward)`` of ``render`` on fresh leaf copies of the scene's
-    Gaussians; the backward is of the image times fixed random weights."""
+    Gaussians; the backward is of the outputs times fixed random weights (weighed)."""
     params = {k: v.clone().requires_grad_(True) for k, v in s["gaussians"].items()}
     channels = 4 if with_depth else 3
-    weight = torch.rand(
+    loss = weighed(torch.rand(
         (s["viewmats"].shape[0], s["height"], s["width"], channels),
         generator=torch.Generator(device="cuda").manual_seed(0), device="cuda",
-    )  # fmt: skip
+    ))  # fmt: skip
 
     def forward():
         return render(s, params)
@@ -144,7 +169,7 @@ def calls(s: dict, render, with_depth: bool) -> tuple:
     def forward_backward():
         for p in params.values():
             p.grad = None
-        (render(s, params) * weight).sum().backward()
+        loss(render(s, params)).backward()
 
     return forward, forward_backward
 
@@ -152,7 +177,7 @@ def calls(s: dict, render, with_depth: bool) -> tuple:
 def measure(s: dict, render, repeat: int, with_depth: bool) -> dict:
     forward, forward_backward = calls(s, render, with_depth)
     with torch.no_grad():
-        image = forward()[..., :3].detach()
+        image = forward()[0][..., :3].detach()
     return {
         "forward_ms": cuda_time_ms(forward, repeat=repeat),
         "forward_backward_ms": cuda_time_ms(forward_backward, repeat=repeat),

@@ -6,7 +6,8 @@ camera, a training step's image), the default ``gsnb.render`` call's forward+bac
 thread over whole tiles (``one``), one pixel a thread over segments of the tiles' splat
 lists (``one_segments``, gsnb's segment length), two pixels a thread over whole tiles
 (``two``), and left to choose by the grid's size (``auto``, what users get), in turns so
-that a slow spell of the GPU falls on all of them. Writes ``OUT/rows_h200.json``.
+that a slow spell of the GPU falls on all of them; and the forward alone at one pixel a
+thread with and without recording the segments' states. Writes ``OUT/rows_h200.json``.
 
     python benchmarks/bench_rows.py --out OUT --fox .device/fox
 """
@@ -34,16 +35,23 @@ def one_camera(s: dict) -> dict:
 
 
 def time_scene(s: dict, rounds: int, repeat: int) -> dict:
-    _, forward_backward = calls(s, lambda s_, p: gsnb_render(s_, p, False, None), False)
+    forward, forward_backward = calls(s, lambda s_, p: gsnb_render(s_, p, False, None), False)
     times: dict = {name: [] for name in SETTINGS}
+    # The forward alone, with and without recording the segments' states for the backward.
+    forward_times: dict = {"segments": [], "no_segments": []}
     for _ in range(rounds):
         for name, (rows, segments) in SETTINGS.items():
             kernels.set_rasterize_rows(rows=rows)
             kernels.set_rasterize_segments(length=segments)
             times[name].append(cuda_time_ms(forward_backward, repeat=repeat))
+        kernels.set_rasterize_rows(rows=1)
+        for name, segments in (("segments", 0), ("no_segments", -1)):
+            kernels.set_rasterize_segments(length=segments)
+            forward_times[name].append(cuda_time_ms(forward, repeat=repeat))
     kernels.set_rasterize_rows(rows=0)
     kernels.set_rasterize_segments(length=0)
     row = {f"{name}_fwd_bwd_ms": round(statistics.median(t), 4) for name, t in times.items()}
+    row |= {f"one_{k}_fwd_ms": round(statistics.median(t), 4) for k, t in forward_times.items()}
     one, two = row["one_fwd_bwd_ms"], row["two_fwd_bwd_ms"]
     row["two_over_one"] = round(two / one, 4)
     row["one_segments_over_one"] = round(row["one_segments_fwd_bwd_ms"] / one, 4)

@@ -8,6 +8,7 @@ and its host time (the Python and launches of one call, which the GPU waits for)
 Kernel names are shortened to their function name.
 
     python benchmarks/profile_raster.py --out DIR --fox .device/fox
+    python benchmarks/profile_raster.py --out DIR --scenes fox_4cams --depth   # RGB+ED
 
 Writes ``DIR/profile_raster.json``.
 """
@@ -26,7 +27,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_raster import gsnb_render, gsplat_render, scene_by_name
+from bench_raster import gsnb_render, gsplat_render, scene_by_name, weighed
 from common import FOX, cuda_time_ms, environment, git_commit, host_table, write_json
 
 
@@ -67,26 +68,31 @@ def kernel_table(fn: Any, repeat: int) -> dict[str, float]:
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
-def profile_scene(name: str, s: dict, renderers: tuple[str, ...], repeat: int) -> dict[str, Any]:
-    """Kernel tables of the forward and the forward+backward call of each renderer on ``s``."""
+def profile_scene(
+    name: str, s: dict, renderers: tuple[str, ...], repeat: int, depth: bool = False
+) -> dict[str, Any]:
+    """Kernel tables of the forward and the forward+backward call of each renderer on ``s``
+    (colour, or with ``depth`` colour and expected depth)."""
     params = {k: v.clone().requires_grad_(True) for k, v in s["gaussians"].items()}
-    weight = torch.rand(
-        (s["viewmats"].shape[0], s["height"], s["width"], 3),
-        generator=torch.Generator(device="cuda").manual_seed(0),
-        device="cuda",
+    loss = weighed(
+        torch.rand(
+            (s["viewmats"].shape[0], s["height"], s["width"], 4 if depth else 3),
+            generator=torch.Generator(device="cuda").manual_seed(0),
+            device="cuda",
+        )
     )
     row: dict[str, Any] = {"num_gaussians": int(s["gaussians"]["means"].shape[0])}
     for renderer in renderers:
 
-        def render(r: str = renderer) -> torch.Tensor:
+        def render(r: str = renderer) -> tuple[torch.Tensor, ...]:
             if r == "gsnb":
-                return gsnb_render(s, params, False, None)
-            return gsplat_render(s, params, False, False)
+                return gsnb_render(s, params, depth, None)
+            return gsplat_render(s, params, False, depth)
 
         def forward_backward(r: str = renderer) -> None:
             for p in params.values():
                 p.grad = None
-            (render(r) * weight).sum().backward()
+            loss(render(r)).backward()
 
         entry: dict[str, Any] = {}
         for label, fn in (("forward", render), ("forward_backward", forward_backward)):
@@ -111,11 +117,11 @@ def host_profile(s: dict, calls: int) -> None:
     gsnb's default render (cProfile, time in the function itself)."""
     params = {k: v.clone().requires_grad_(True) for k, v in s["gaussians"].items()}
     for _ in range(3):
-        gsnb_render(s, params, False, None).sum().backward()
+        gsnb_render(s, params, False, None)[0].sum().backward()
 
     def work() -> None:
         for _ in range(calls):
-            gsnb_render(s, params, False, None).sum().backward()
+            gsnb_render(s, params, False, None)[0].sum().backward()
 
     print(host_table(work, top=30))
 
@@ -126,6 +132,7 @@ def main() -> int:
     parser.add_argument("--fox", type=Path, default=FOX)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--scenes", default="random_1M,fox_4cams")
+    parser.add_argument("--depth", action="store_true", help="colour and expected depth")
     parser.add_argument(
         "--cprofile", action="store_true", help="also print cProfile's top host functions of gsnb"
     )
@@ -140,11 +147,12 @@ def main() -> int:
     results: dict[str, Any] = {
         "benchmark": "profile_raster",
         "environment": environment() | {"commit": git_commit()},
+        "render_mode": "RGB+ED" if args.depth else "RGB",
         "scenes": {},
     }
     for name in args.scenes.split(","):
         s = scene_by_name(name, args.fox)
-        results["scenes"][name] = profile_scene(name, s, renderers, args.repeat)
+        results["scenes"][name] = profile_scene(name, s, renderers, args.repeat, args.depth)
         if args.cprofile:
             host_profile(s, args.repeat * 20)
         del s

@@ -85,12 +85,6 @@ __device__ __forceinline__ int block_slot(int tiles_x, int tiles_y) {
   return (blockIdx.z * tiles_y + blockIdx.y) * tiles_x + blockIdx.x;
 }
 
-// The intersections of the block's tile.
-__device__ __forceinline__ TileRange tile_range(const int* __restrict__ offsets, int num_cams,
-                                                int tiles_x, int tiles_y, int m) {
-  return slot_range(offsets, block_slot(tiles_x, tiles_y), num_cams * tiles_x * tiles_y, m);
-}
-
 // Segments: on small grids, whose few tiles each hold long lists of splats, the backward
 // compositing runs one block per segment of L splats of a tile (L a multiple of kBlock;
 // rasterize_segment_length) instead of one per tile, so that a long list is walked by

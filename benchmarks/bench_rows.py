@@ -6,8 +6,10 @@ camera, a training step's image), the default ``gsnb.render`` call's forward+bac
 thread over whole tiles (``one``), one pixel a thread over segments of the tiles' splat
 lists (``one_segments``, gsnb's segment length), two pixels a thread over whole tiles
 (``two``), and left to choose by the grid's size (``auto``, what users get), in turns so
-that a slow spell of the GPU falls on all of them; and the forward alone at one pixel a
-thread with and without recording the segments' states. Writes ``OUT/rows_h200.json``.
+that a slow spell of the GPU falls on all of them; with segments, the forward either walks
+each tile in one block and records the segments' states (``one_segments``) or walks the
+segments at once (``one_segments_two_pass``). And the forward alone at one pixel a thread:
+without segments, recording them, and walking them at once. Writes ``OUT/rows_h200.json``.
 
     python benchmarks/bench_rows.py --out OUT --fox .device/fox
 """
@@ -25,8 +27,17 @@ from common import FOX, cuda_time_ms, environment, write_json
 
 from gsnb import kernels
 
-# (rows, segments) for kernels.set_rasterize_rows / set_rasterize_segments.
-SETTINGS = {"one": (1, -1), "one_segments": (1, 0), "two": (2, -1), "auto": (0, 0)}
+# (rows, segments, forward) for kernels.set_rasterize_rows / set_rasterize_segments /
+# set_rasterize_forward_segments.
+SETTINGS = {
+    "one": (1, -1, 0),
+    "one_segments": (1, 0, -1),
+    "one_segments_two_pass": (1, 0, 1),
+    "two": (2, -1, 0),
+    "auto": (0, 0, 0),
+}
+# The forward alone at one pixel a thread: (segments, forward).
+FORWARDS = {"no_segments": (-1, 0), "segments_recorded": (0, -1), "segments_two_pass": (0, 1)}
 
 
 def one_camera(s: dict) -> dict:
@@ -34,27 +45,32 @@ def one_camera(s: dict) -> dict:
     return s | {"viewmats": s["viewmats"][:1], "Ks": s["Ks"][:1]}
 
 
+def use(rows: int, segments: int, forward: int) -> None:
+    kernels.set_rasterize_rows(rows=rows)
+    kernels.set_rasterize_segments(length=segments)
+    kernels.set_rasterize_forward_segments(mode=forward)
+
+
 def time_scene(s: dict, rounds: int, repeat: int) -> dict:
     forward, forward_backward = calls(s, lambda s_, p: gsnb_render(s_, p, False, None), False)
     times: dict = {name: [] for name in SETTINGS}
-    # The forward alone, with and without recording the segments' states for the backward.
-    forward_times: dict = {"segments": [], "no_segments": []}
+    forward_times: dict = {name: [] for name in FORWARDS}
     for _ in range(rounds):
-        for name, (rows, segments) in SETTINGS.items():
-            kernels.set_rasterize_rows(rows=rows)
-            kernels.set_rasterize_segments(length=segments)
+        for name, setting in SETTINGS.items():
+            use(*setting)
             times[name].append(cuda_time_ms(forward_backward, repeat=repeat))
-        kernels.set_rasterize_rows(rows=1)
-        for name, segments in (("segments", 0), ("no_segments", -1)):
-            kernels.set_rasterize_segments(length=segments)
+        for name, (segments, mode) in FORWARDS.items():
+            use(1, segments, mode)
             forward_times[name].append(cuda_time_ms(forward, repeat=repeat))
-    kernels.set_rasterize_rows(rows=0)
-    kernels.set_rasterize_segments(length=0)
+    use(0, 0, 0)
     row = {f"{name}_fwd_bwd_ms": round(statistics.median(t), 4) for name, t in times.items()}
     row |= {f"one_{k}_fwd_ms": round(statistics.median(t), 4) for k, t in forward_times.items()}
     one, two = row["one_fwd_bwd_ms"], row["two_fwd_bwd_ms"]
     row["two_over_one"] = round(two / one, 4)
     row["one_segments_over_one"] = round(row["one_segments_fwd_bwd_ms"] / one, 4)
+    row["two_pass_over_recorded_fwd"] = round(
+        row["one_segments_two_pass_fwd_ms"] / row["one_segments_recorded_fwd_ms"], 4
+    )
     best = min(v for k, v in row.items() if k.endswith("_fwd_bwd_ms") and k != "auto_fwd_bwd_ms")
     row["auto_over_best"] = round(row["auto_fwd_bwd_ms"] / best, 4)
     return row

@@ -8,7 +8,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 9;
+  m.attr("ABI_VERSION") = 10;
   // Every entry point runs without the GIL: each only launches work on a stream (binning
   // also waits for its count), so another Python thread -- training beside a viewer or a
   // notebook's widgets -- runs meanwhile instead of waiting for this one's GPU.
@@ -46,6 +46,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "segments of long splat lists for the backward compositing: 0 by the grid's size, "
         "-1 none, or a multiple of 256",
         py::arg("length"));
+  m.def("set_rasterize_forward_segments", &gsnb::set_rasterize_forward_segments,
+        "whether a forward pass with segments walks them at once: 0 by the grid's size, 1 "
+        "always, -1 never",
+        py::arg("mode"));
   m.def("ssim_forward", &gsnb::ssim_forward, "fused SSIM map and its derivatives", py::arg("img1"),
         py::arg("img2"), py::arg("pad"), py::arg("sigma"), py::arg("c1"), py::arg("c2"),
         py::arg("with_grad"), nogil);

@@ -115,13 +115,15 @@ void inclusive_sum(void* temp, size_t& temp_bytes, const int64_t* in, int64_t* o
 // last_ids [C, H, W]: each pixel's walk end relative to its tile's first intersection
 // (raster.cuh: pack_last). seg_len > 0 (rasterize_segment_length) also fills seg_starts
 // [slots + 2] and the states of the segments (raster.cuh), [at most slots + ceil(m / seg_len),
-// channels + 1, 256] floats; with 0 both are ignored.
+// channels + 1, 256] floats; with 0 both are ignored. With segments, a scratch of as many
+// [3, 256] floats makes the forward itself walk the segments at once
+// (rasterize_forward_by_segments); nullptr walks each tile in one block.
 void launch_rasterize_forward(
     int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
     const float* means2d, const float* conics, const float* feats, const float* opacities,
     bool stored, const int* offsets, const int* flat_ids, const float* background, float* rgb,
     float* depth, float* alpha, uint16_t* last_ids, int seg_len, int* seg_starts,
-    float* states, cudaStream_t stream);
+    float* states, float* scratch, cudaStream_t stream);
 
 // The segments' length for a forward pass of c cameras and m intersections: 0 (none) unless
 // the backward compositing runs one row a thread (a small grid), else a multiple of 256.
@@ -129,6 +131,12 @@ int rasterize_segment_length(int64_t c, int64_t width, int64_t height, int64_t m
 // 0, the default, chooses by rasterize_segment_length's rule; -1 turns segments off; a
 // positive multiple of 256 forces that length. Returns the previous setting.
 int rasterize_segments_override(int length);
+// Whether a forward pass with segments walks them at once (a scratch for it): by default
+// where one-pixel blocks would not fill the GPU once.
+bool rasterize_forward_by_segments(int64_t c, int64_t width, int64_t height);
+// 0, the default, chooses by rasterize_forward_by_segments' rule; 1 walks the segments at
+// once whenever there are segments; -1 never. Returns the previous setting.
+int rasterize_forward_segments_override(int mode);
 
 // seg_starts and states: the forward's (nullptr without segments; num_segments, the states'
 // rows, sizes the grid).

@@ -85,6 +85,12 @@ int64_t set_rasterize_rows(int64_t rows);
 // multiple of 256). Returns the previous setting.
 int64_t set_rasterize_segments(int64_t length);
 
+// Whether a forward pass with segments walks them at once, one block each (three passes):
+// 0 (the default) where one-pixel blocks would not fill the GPU once, 1 whenever there are
+// segments, -1 never (one block a tile, recording the segments' states on its way). The
+// outputs agree either way, to the order of float operations. Returns the previous setting.
+int64_t set_rasterize_forward_segments(int64_t mode);
+
 // Fused SSIM with an 11-tap Gaussian window over [B, H, W, C] float32 images.
 // -> map [B, Ho, Wo, C] (Ho = H + 2 pad - 10), and with_grad its derivatives with respect
 //    to the blurred mu_x, E[x^2] and E[xy] (else undefined tensors).

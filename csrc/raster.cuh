@@ -25,6 +25,24 @@ __device__ __forceinline__ uint16_t pack_last(int last, int start) {
   return static_cast<uint16_t>(min(last - start, kLastUnknown));
 }
 
+// How many times a grid of one-pixel blocks of 256 threads, one per (camera, tile), fills
+// the current device's SMs (2048 threads fit on one), rounded down; -1 where the device
+// cannot be read.
+inline int64_t one_pixel_waves(int64_t cams, int64_t width, int64_t height) {
+  constexpr int kDevices = 64;
+  static int sms[kDevices] = {};  // each device's SM count, read once
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return -1;
+  if (sms[device] == 0) {
+    int count = 0;
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return -1;
+    sms[device] = count;
+  }
+  const int64_t blocks = cams * div_up(width, kTile) * div_up(height, kTile);
+  return blocks / ((int64_t)sms[device] * (2048 / kBlock));
+}
+
 // Pixels a thread of the backward compositing shades: 2 (its warp sums then serve twice the
 // pixels) unless one-pixel blocks of 256 threads, one per (camera, tile), would fill the SMs
 // (2048 threads fit on one) fewer than four times: then 1, since two-pixel blocks halve a
@@ -37,18 +55,8 @@ __device__ __forceinline__ uint16_t pack_last(int last, int start) {
 inline int rasterize_rows(int64_t cams, int64_t width, int64_t height) {
   const int forced = rasterize_rows_setting();
   if (forced != 0) return forced;
-  constexpr int kDevices = 64;
-  static int sms[kDevices] = {};  // each device's SM count, read once
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 2;
-  if (sms[device] == 0) {
-    int count = 0;
-    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      return 2;
-    sms[device] = count;
-  }
-  const int64_t blocks = cams * div_up(width, kTile) * div_up(height, kTile);
-  return blocks < (int64_t)sms[device] * (2048 / kBlock) * 4 ? 1 : 2;
+  const int64_t waves = one_pixel_waves(cams, width, height);
+  return waves >= 0 && waves < 4 ? 1 : 2;
 }
 
 // The pixel a thread of a rasterize block shades. The grid is (tiles_x, tiles_y, cameras)
@@ -97,7 +105,58 @@ __device__ __forceinline__ int64_t segment_state(int segment, int channels) {
   return (int64_t)segment * (channels + 1) * kBlock;
 }
 
-// The pixel of thread (threadIdx.x, threadIdx.y) and the intersections of its tile.
+// Segment w of the seg_starts layout: its slot, the slot's whole list, and its own
+// intersections [lo, hi) of that list.
+struct SegmentSpan {
+  int slot;
+  TileRange range;
+  int lo, hi;
+};
+
+// Fills `s` for segment w; false past the last segment (grids over the segments are sized
+// by an upper bound on their count, seg_starts[num_slots] holds the count itself).
+__device__ __forceinline__ bool segment_span(int w, const int* __restrict__ seg_starts,
+                                             const int* __restrict__ offsets, int num_slots,
+                                             int m, SegmentSpan& s) {
+  if (w >= seg_starts[num_slots]) return false;
+  // The last slot whose first segment is at or before w (every slot has one or more).
+  int a = 0, b = num_slots - 1;
+  while (a < b) {
+    const int mid = (a + b + 1) / 2;
+    if (seg_starts[mid] <= w) a = mid; else b = mid - 1;
+  }
+  s.slot = a;
+  s.range = slot_range(offsets, a, num_slots, m);
+  const int seg_len = seg_starts[num_slots + 1];
+  s.lo = s.range.start + (w - seg_starts[a]) * seg_len;
+  s.hi = min(s.lo + seg_len, s.range.end);
+  return true;
+}
+
+// The pixel of thread (threadIdx.x, threadIdx.y) of slot `slot`'s tile, and the slot's
+// intersections.
+__device__ __forceinline__ TilePixel slot_pixel(const int* __restrict__ offsets, int slot,
+                                                int num_cams, int width, int height,
+                                                int tiles_x, int tiles_y, int m) {
+  TilePixel p;
+  const int num_tiles = tiles_x * tiles_y, tile = slot % num_tiles;
+  p.cam = slot / num_tiles;
+  p.tr = threadIdx.y * kTile + threadIdx.x;
+  p.i = tile / tiles_x * kTile + threadIdx.y;
+  p.j = tile % tiles_x * kTile + threadIdx.x;
+  p.px = (float)p.j + 0.5f;
+  p.py = (float)p.i + 0.5f;
+  p.inside = p.i < height && p.j < width;
+  p.pix = ((int64_t)p.cam * height + p.i) * width + p.j;
+  p.slot = slot;
+  const TileRange r = slot_range(offsets, slot, num_cams * num_tiles, m);
+  p.start = r.start;
+  p.end = r.end;
+  return p;
+}
+
+// The pixel of thread (threadIdx.x, threadIdx.y) of the block's tile (block_slot): as
+// slot_pixel, from the block's coordinates.
 __device__ __forceinline__ TilePixel tile_pixel(const int* __restrict__ offsets, int num_cams,
                                                 int width, int height, int tiles_x, int tiles_y,
                                                 int m) {
@@ -123,6 +182,21 @@ __device__ __forceinline__ TilePixel tile_pixel(const int* __restrict__ offsets,
 // its CH <= 4 features (zero-padded). Returns its flat id c * N + n.
 // The opacity is at index g % num_opacities: per Gaussian (N of them) or per camera and
 // Gaussian (C N, antialiased mode); `stored` takes it through the sigmoid.
+// stage_geometry stages the first two, for a walk that needs no features.
+__device__ __forceinline__ int stage_geometry(int k, int at, int num_opacities, bool stored,
+                                              const int* __restrict__ flat_ids,
+                                              const float2* __restrict__ means2d,
+                                              const float3* __restrict__ conics,
+                                              const float* __restrict__ opacities,
+                                              float4* s_geo, float2* s_bo) {
+  const int g = flat_ids[k];
+  const float2 xy = means2d[g];
+  const float3 co = conics[g];
+  s_geo[at] = make_float4(xy.x, xy.y, co.x, co.z);
+  s_bo[at] = make_float2(co.y, opacity_of(opacities[g % num_opacities], stored));
+  return g;
+}
+
 template <int CH>
 __device__ __forceinline__ int stage_splat(
     int k, int at, int num_opacities, bool stored, const int* __restrict__ flat_ids,
@@ -130,11 +204,9 @@ __device__ __forceinline__ int stage_splat(
     const float* __restrict__ feats, const float* __restrict__ opacities, float4* s_geo,
     float2* s_bo, float4* s_feat) {
   static_assert(CH == 3 || CH == 4, "3 or 4 blended channels");
-  const int g = flat_ids[k];
-  const float2 xy = means2d[g];
-  const float3 co = conics[g];
-  s_geo[at] = make_float4(xy.x, xy.y, co.x, co.z);
-  s_bo[at] = make_float2(co.y, opacity_of(opacities[g % num_opacities], stored));
+  const int g =
+      stage_geometry(k, at, num_opacities, stored, flat_ids, means2d, conics, opacities, s_geo,
+                     s_bo);
   const float* f = feats + (int64_t)g * CH;
   s_feat[at] = make_float4(f[0], f[1], f[2], CH == 4 ? f[3] : 0.f);
   return g;

@@ -145,20 +145,14 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
     lo = range.start;
     hi = range.end;
   } else {
-    const int w = blockIdx.x;
-    if (w >= seg_starts[num_slots]) return;  // past the last segment: the whole block
-    // The last tile whose first segment is at or before w.
-    int a = 0, b = num_slots - 1;
-    while (a < b) {
-      const int mid = (a + b + 1) / 2;
-      if (seg_starts[mid] <= w) a = mid; else b = mid - 1;
-    }
-    tile = a;
-    const int seg_len = seg_starts[num_slots + 1];
-    range = slot_range(offsets, tile, num_slots, m);
-    lo = range.start + (w - seg_starts[tile]) * seg_len;
-    hi = min(lo + seg_len, range.end);
-    if (hi < range.end) state = states + segment_state(w + 1, CH);
+    SegmentSpan span;
+    // Past the last segment: the whole block returns.
+    if (!segment_span(blockIdx.x, seg_starts, offsets, num_slots, m, span)) return;
+    tile = span.slot;
+    range = span.range;
+    lo = span.lo;
+    hi = span.hi;
+    if (hi < range.end) state = states + segment_state(blockIdx.x + 1, CH);
   }
   const int num_tiles = tiles_x * tiles_y;
   const int cam = tile / num_tiles, tile_y = tile % num_tiles / tiles_x;

@@ -15,6 +15,26 @@
 namespace gsnb {
 namespace {
 
+// A pixel's outputs from its blended sums `acc` and what is left of its transmittance T: what
+// is left shows the camera's background colour; the expected depth is the blended depth over
+// the blended alpha; `last` is one past its last blended intersection.
+template <int CH>
+__device__ __forceinline__ void write_pixel(const TilePixel& p, const float (&acc)[CH], float T,
+                                            int last, const float* __restrict__ background,
+                                            float* __restrict__ out_rgb,
+                                            float* __restrict__ out_depth,
+                                            float* __restrict__ out_alpha,
+                                            uint16_t* __restrict__ last_ids) {
+#pragma unroll
+  for (int ch = 0; ch < 3; ++ch)
+    out_rgb[p.pix * 3 + ch] =
+        acc[ch] + (background != nullptr ? T * background[p.cam * 3 + ch] : 0.f);
+  const float alpha = 1.f - T;
+  if (CH == 4) out_depth[p.pix] = acc[CH - 1] / fmaxf(alpha, kDepthAlphaMin);
+  out_alpha[p.pix] = alpha;
+  last_ids[p.pix] = pack_last(last, p.start);
+}
+
 template <int CH>
 // (Eight blocks a SM: 32 registers, as before the segments' bookkeeping.)
 __global__ void __launch_bounds__(kBlock, 8) rasterize_forward_kernel(
@@ -74,24 +94,170 @@ __global__ void __launch_bounds__(kBlock, 8) rasterize_forward_kernel(
       last = base + t + 1;
     }
   }
-  if (p.inside) {
-    // What is left of the transmittance shows the camera's background colour.
-#pragma unroll
-    for (int ch = 0; ch < 3; ++ch)
-      out_rgb[p.pix * 3 + ch] =
-          acc[ch] + (background != nullptr ? T * background[p.cam * 3 + ch] : 0.f);
-    const float alpha = 1.f - T;
-    // Expected depth: the blended depth over the blended alpha.
-    if (CH == 4) out_depth[p.pix] = acc[CH - 1] / fmaxf(alpha, kDepthAlphaMin);
-    out_alpha[p.pix] = alpha;
-    last_ids[p.pix] = pack_last(last, p.start);
-  }
+  if (p.inside)
+    write_pixel<CH>(p, acc, T, last, background, out_rgb, out_depth, out_alpha, last_ids);
   for (int k = 1; k <= recorded; ++k) {
     float* state = states + segment_state(seg0 + k, CH);
 #pragma unroll
     for (int ch = 0; ch < CH; ++ch)
       state[(1 + ch) * kBlock + p.tr] = acc[ch] - state[(1 + ch) * kBlock + p.tr];
   }
+}
+
+// The forward over segments (raster.cuh), for grids too small to fill the GPU: the walk of
+// a tile's list is cut at its segments, and blocks of their own walk them at once, in three
+// passes. `scratch` [S, 3, 256] holds per segment w and pixel: the product of the segment's
+// (1 - alpha) (segment_product_kernel), then where the walk left the segment
+// (segment_blend_kernel): the transmittance there (negated where the walk stopped inside,
+// kDeadBefore where it had stopped before), and one past its last blended intersection as int
+// bits (-1: none). Each segment's transmittance in front and blended sums go to the states
+// (segment_state); segment_combine_kernel then adds the segments up per pixel and turns the
+// states' sums into the sums from each segment on, which the backward reads.
+constexpr float kDeadBefore = -2.f;
+
+__device__ __forceinline__ float* scratch_row(float* scratch, int w) {
+  return scratch + (int64_t)w * 3 * kBlock;
+}
+
+// Pass 1: the product of (1 - alpha) over the segment's splats; a pixel stops once it is
+// below kTransmittanceMin, where every later transmittance is too.
+__global__ void __launch_bounds__(kBlock) segment_product_kernel(
+    int num_cams, int num_opacities, int width, int height, int tiles_x, int tiles_y, int m,
+    const float2* __restrict__ means2d, const float3* __restrict__ conics,
+    const float* __restrict__ opacities, bool stored, const int* __restrict__ offsets,
+    const int* __restrict__ flat_ids, const int* __restrict__ seg_starts,
+    float* __restrict__ scratch) {
+  SegmentSpan span;
+  if (!segment_span(blockIdx.x, seg_starts, offsets, num_cams * tiles_x * tiles_y, m, span))
+    return;
+  const TilePixel p =
+      slot_pixel(offsets, span.slot, num_cams, width, height, tiles_x, tiles_y, m);
+  __shared__ float4 s_geo[kBlock];
+  __shared__ float2 s_bo[kBlock];
+  float P = 1.f;
+  bool done = !p.inside;
+  for (int base = span.lo; base < span.hi; base += kBlock) {
+    if (__syncthreads_count(done) == kBlock) break;
+    const int k = base + p.tr;
+    if (k < span.hi)
+      stage_geometry(k, p.tr, num_opacities, stored, flat_ids, means2d, conics, opacities,
+                     s_geo, s_bo);
+    __syncthreads();
+    const int count = min(kBlock, span.hi - base);
+    for (int t = 0; t < count && !done; ++t) {
+      SplatAlpha hit;
+      if (!splat_alpha(s_geo[t], s_bo[t], p.px, p.py, hit)) continue;
+      P *= 1.f - hit.alpha;
+      done = P < kTransmittanceMin;
+    }
+  }
+  scratch_row(scratch, blockIdx.x)[p.tr] = P;
+}
+
+// Pass 2: each segment's walk, entered with the products of the tile's earlier segments; it
+// stops as the whole walk would.
+template <int CH>
+__global__ void __launch_bounds__(kBlock) segment_blend_kernel(
+    int num_cams, int num_opacities, int width, int height, int tiles_x, int tiles_y, int m,
+    const float2* __restrict__ means2d, const float3* __restrict__ conics,
+    const float* __restrict__ feats, const float* __restrict__ opacities, bool stored,
+    const int* __restrict__ offsets, const int* __restrict__ flat_ids,
+    const int* __restrict__ seg_starts, float* __restrict__ scratch,
+    float* __restrict__ states) {
+  SegmentSpan span;
+  if (!segment_span(blockIdx.x, seg_starts, offsets, num_cams * tiles_x * tiles_y, m, span))
+    return;
+  const TilePixel p =
+      slot_pixel(offsets, span.slot, num_cams, width, height, tiles_x, tiles_y, m);
+  float T = 1.f;
+  for (int v = seg_starts[span.slot]; v < (int)blockIdx.x && T >= kTransmittanceMin; ++v)
+    T *= scratch_row(scratch, v)[p.tr];
+  const float T_in = T;
+  const bool dead_before = T_in < kTransmittanceMin;
+  __shared__ float4 s_geo[kBlock];
+  __shared__ float2 s_bo[kBlock];
+  __shared__ float4 s_feat[kBlock];
+  float acc[CH];
+#pragma unroll
+  for (int ch = 0; ch < CH; ++ch) acc[ch] = 0.f;
+  int last = -1;
+  bool done = !p.inside || dead_before, stopped = false;
+  for (int base = span.lo; base < span.hi; base += kBlock) {
+    if (__syncthreads_count(done) == kBlock) break;
+    const int k = base + p.tr;
+    if (k < span.hi)
+      stage_splat<CH>(k, p.tr, num_opacities, stored, flat_ids, means2d, conics, feats, opacities,
+                      s_geo, s_bo, s_feat);
+    __syncthreads();
+    const int count = min(kBlock, span.hi - base);
+    for (int t = 0; t < count && !done; ++t) {
+      SplatAlpha hit;
+      if (!splat_alpha(s_geo[t], s_bo[t], p.px, p.py, hit)) continue;
+      const float next_T = T * (1.f - hit.alpha);
+      if (next_T < kTransmittanceMin) {
+        done = stopped = true;
+        break;
+      }
+      const float w = hit.alpha * T;
+      const float4 f = s_feat[t];
+#pragma unroll
+      for (int ch = 0; ch < CH; ++ch) acc[ch] += w * feat_at(f, ch);
+      T = next_T;
+      last = base + t + 1;
+    }
+  }
+  float* row = scratch_row(scratch, blockIdx.x);
+  row[kBlock + p.tr] = dead_before ? kDeadBefore : stopped ? -T : T;
+  row[2 * kBlock + p.tr] = __int_as_float(last);
+  float* state = states + segment_state(blockIdx.x, CH);
+  state[p.tr] = T_in;
+#pragma unroll
+  for (int ch = 0; ch < CH; ++ch) state[(1 + ch) * kBlock + p.tr] = acc[ch];
+}
+
+// Pass 3, one block per tile: the segments' sums in order up to where the walk stopped, the
+// outputs as rasterize_forward_kernel writes them, and from the back the states' sums of
+// w f from each segment on.
+template <int CH>
+__global__ void __launch_bounds__(kBlock) segment_combine_kernel(
+    int num_cams, int width, int height, int tiles_x, int tiles_y, int m,
+    const int* __restrict__ offsets, const int* __restrict__ seg_starts,
+    const float* __restrict__ background, const float* __restrict__ scratch,
+    float* __restrict__ states, float* __restrict__ out_rgb, float* __restrict__ out_depth,
+    float* __restrict__ out_alpha, uint16_t* __restrict__ last_ids) {
+  const TilePixel p = tile_pixel(offsets, num_cams, width, height, tiles_x, tiles_y, m);
+  const int first = seg_starts[p.slot], stop = seg_starts[p.slot + 1];  // [slots] is the count
+  float acc[CH];
+#pragma unroll
+  for (int ch = 0; ch < CH; ++ch) acc[ch] = 0.f;
+  float T = 1.f;
+  int last = p.start, end = first;  // end: one past the last segment the walk entered
+  for (int v = first; v < stop; ++v) {
+    const float* row = scratch + (int64_t)v * 3 * kBlock;
+    const float left = row[kBlock + p.tr];
+    if (left == kDeadBefore) break;
+    const float* state = states + segment_state(v, CH);
+#pragma unroll
+    for (int ch = 0; ch < CH; ++ch) acc[ch] += state[(1 + ch) * kBlock + p.tr];
+    T = fabsf(left);
+    const int seg_last = __float_as_int(row[2 * kBlock + p.tr]);
+    if (seg_last >= 0) last = seg_last;
+    end = v + 1;
+    if (left < 0.f) break;  // the walk stopped in this segment
+  }
+  float behind[CH];
+#pragma unroll
+  for (int ch = 0; ch < CH; ++ch) behind[ch] = 0.f;
+  for (int v = stop - 1; v >= first; --v) {
+    float* state = states + segment_state(v, CH);
+#pragma unroll
+    for (int ch = 0; ch < CH; ++ch) {
+      if (v < end) behind[ch] += state[(1 + ch) * kBlock + p.tr];
+      state[(1 + ch) * kBlock + p.tr] = behind[ch];
+    }
+  }
+  if (p.inside)
+    write_pixel<CH>(p, acc, T, last, background, out_rgb, out_depth, out_alpha, last_ids);
 }
 
 // seg_starts (raster.cuh) from the tiles' lengths: one block; each thread takes a run of
@@ -136,16 +302,33 @@ void launch(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
             const float* means2d, const float* conics, const float* feats,
             const float* opacities, bool stored, const int* offsets, const int* flat_ids,
             const float* background, float* rgb, float* depth, float* alpha,
-            uint16_t* last_ids, const int* seg_starts, float* states, cudaStream_t stream) {
+            uint16_t* last_ids, const int* seg_starts, float* states, float* scratch,
+            int64_t max_segments, cudaStream_t stream) {
   const int tiles_x = div_up(width, kTile), tiles_y = div_up(height, kTile);
   const dim3 grid(tiles_x, tiles_y, c), block(kTile, kTile);
-  rasterize_forward_kernel<CH><<<grid, block, 0, stream>>>(
-      c, n, width, height, tiles_x, tiles_y, m, reinterpret_cast<const float2*>(means2d),
-      reinterpret_cast<const float3*>(conics), feats, opacities, stored, offsets, flat_ids,
-      background, rgb, depth, alpha, last_ids, seg_starts, states);
+  const auto* xy = reinterpret_cast<const float2*>(means2d);
+  const auto* co = reinterpret_cast<const float3*>(conics);
+  if (scratch == nullptr) {
+    rasterize_forward_kernel<CH><<<grid, block, 0, stream>>>(
+        c, n, width, height, tiles_x, tiles_y, m, xy, co, feats, opacities, stored, offsets,
+        flat_ids, background, rgb, depth, alpha, last_ids, seg_starts, states);
+    return;
+  }
+  const dim3 segments((unsigned)max_segments);
+  segment_product_kernel<<<segments, block, 0, stream>>>(c, n, width, height, tiles_x, tiles_y,
+                                                         m, xy, co, opacities, stored, offsets,
+                                                         flat_ids, seg_starts, scratch);
+  segment_blend_kernel<CH><<<segments, block, 0, stream>>>(
+      c, n, width, height, tiles_x, tiles_y, m, xy, co, feats, opacities, stored, offsets,
+      flat_ids, seg_starts, scratch, states);
+  segment_combine_kernel<CH><<<grid, block, 0, stream>>>(c, width, height, tiles_x, tiles_y, m,
+                                                         offsets, seg_starts, background,
+                                                         scratch, states, rgb, depth, alpha,
+                                                         last_ids);
 }
 
 std::atomic<int> segments_setting{0};
+std::atomic<int> forward_segments_setting{0};
 
 }  // namespace
 
@@ -154,21 +337,25 @@ void launch_rasterize_forward(
     const float* means2d, const float* conics, const float* feats, const float* opacities,
     bool stored, const int* offsets, const int* flat_ids, const float* background, float* rgb,
     float* depth, float* alpha, uint16_t* last_ids, int seg_len, int* seg_starts,
-    float* states, cudaStream_t stream) {
+    float* states, float* scratch, cudaStream_t stream) {
+  const int64_t slots = c * div_up(width, kTile) * div_up(height, kTile);
   if (seg_len > 0) {
-    const int64_t slots = c * div_up(width, kTile) * div_up(height, kTile);
     segment_starts_kernel<<<1, kScanThreads, 0, stream>>>(offsets, (int)slots, (int)m, seg_len,
                                                          seg_starts);
   } else {
     seg_starts = nullptr;
     states = nullptr;
+    scratch = nullptr;
   }
+  const int64_t max_segments = seg_len > 0 ? slots + div_up(m, seg_len) : 0;
   if (channels == 3)
     launch<3>(c, n, width, height, m, means2d, conics, feats, opacities, stored, offsets,
-              flat_ids, background, rgb, depth, alpha, last_ids, seg_starts, states, stream);
+              flat_ids, background, rgb, depth, alpha, last_ids, seg_starts, states, scratch,
+              max_segments, stream);
   else
     launch<4>(c, n, width, height, m, means2d, conics, feats, opacities, stored, offsets,
-              flat_ids, background, rgb, depth, alpha, last_ids, seg_starts, states, stream);
+              flat_ids, background, rgb, depth, alpha, last_ids, seg_starts, states, scratch,
+              max_segments, stream);
 }
 
 int rasterize_segments_override(int length) { return segments_setting.exchange(length); }
@@ -180,6 +367,17 @@ int rasterize_segment_length(int64_t c, int64_t width, int64_t height, int64_t m
   if (rasterize_rows(c, width, height) != 1) return 0;
   // Segments of 1024 splats; longer where that would record more than 16384 of them.
   return (int)std::max<int64_t>(1024, div_up(div_up(m, 16384), kBlock) * kBlock);
+}
+
+int rasterize_forward_segments_override(int mode) {
+  return forward_segments_setting.exchange(mode);
+}
+
+bool rasterize_forward_by_segments(int64_t c, int64_t width, int64_t height) {
+  const int forced = forward_segments_setting.load(std::memory_order_relaxed);
+  if (forced != 0) return forced > 0;
+  const int64_t waves = one_pixel_waves(c, width, height);
+  return waves == 0;
 }
 
 }  // namespace gsnb

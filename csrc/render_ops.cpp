@@ -309,7 +309,11 @@ std::vector<at::Tensor> rasterize_forward(
   const int seg_len = rasterize_segment_length(c, width, height, m);
   const int64_t slots = c * div_up(width, kTile) * div_up(height, kTile);
   auto seg_starts = at::empty({seg_len > 0 ? slots + 2 : 0}, f.dtype(at::kInt));
-  auto states = at::empty({seg_len > 0 ? slots + div_up(m, seg_len) : 0, ch + 1, kTile * kTile}, f);
+  const int64_t rows = seg_len > 0 ? slots + div_up(m, seg_len) : 0;
+  auto states = at::empty({rows, ch + 1, kTile * kTile}, f);
+  // Where the forward walks the segments at once, its per-segment scratch (launch.h).
+  const bool by_segments = seg_len > 0 && rasterize_forward_by_segments(c, width, height);
+  auto scratch = at::empty({by_segments ? rows : 0, 3, kTile * kTile}, f);
   launch_rasterize_forward(
       ch, c, n, width, height, m, means2d.data_ptr<float>(), conics.data_ptr<float>(),
       feats.data_ptr<float>(), opacities.data_ptr<float>(), stored, offsets.data_ptr<int>(),
@@ -317,7 +321,8 @@ std::vector<at::Tensor> rasterize_forward(
       ch == 4 ? depth.data_ptr<float>() : nullptr, alpha.data_ptr<float>(),
       reinterpret_cast<uint16_t*>(last_ids.data_ptr<int16_t>()), seg_len,
       seg_len > 0 ? seg_starts.data_ptr<int>() : nullptr,
-      seg_len > 0 ? states.data_ptr<float>() : nullptr, c10::cuda::getCurrentCUDAStream());
+      seg_len > 0 ? states.data_ptr<float>() : nullptr,
+      by_segments ? scratch.data_ptr<float>() : nullptr, c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {rgb, depth, alpha, last_ids, seg_starts, states};
 }
@@ -374,6 +379,13 @@ int64_t set_rasterize_segments(int64_t length) {
               "set_rasterize_segments: length must be 0 (by the grid's size), -1 (none) or a "
               "positive multiple of 256, got ", length);
   return rasterize_segments_override(static_cast<int>(length));
+}
+
+int64_t set_rasterize_forward_segments(int64_t mode) {
+  TORCH_CHECK(mode >= -1 && mode <= 1,
+              "set_rasterize_forward_segments: mode must be 0 (by the grid's size), 1 (always, "
+              "with segments) or -1 (never), got ", mode);
+  return rasterize_forward_segments_override(static_cast<int>(mode));
 }
 
 int64_t set_rasterize_rows(int64_t rows) {

@@ -33,6 +33,7 @@ __all__ = [
     "rasterize_forward",
     "require",
     "set_extension",
+    "set_rasterize_forward_segments",
     "set_rasterize_rows",
     "set_rasterize_segments",
     "ssim_backward",
@@ -249,6 +250,15 @@ def set_rasterize_rows(*, rows: int) -> int:
     either way, to the order of float additions; for benchmarks and tests. Returns the
     previous setting."""
     return require().set_rasterize_rows(rows)
+
+
+def set_rasterize_forward_segments(*, mode: int) -> int:
+    """Whether a forward pass with segments (:func:`set_rasterize_segments`) walks them at
+    once, one block each, in three passes: ``0`` (the default) where one-pixel blocks would
+    not fill the GPU once, ``1`` whenever there are segments, ``-1`` never (one block a tile,
+    recording the segments' states on its way). The outputs agree either way, to the order
+    of float operations; for benchmarks and tests. Returns the previous setting."""
+    return require().set_rasterize_forward_segments(mode)
 
 
 def set_rasterize_segments(*, length: int) -> int:

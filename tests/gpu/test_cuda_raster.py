@@ -20,23 +20,28 @@ GRAD_TOL = 1e-3  # relative L2 error of each gradient
 KEYS = ("means", "quats", "scales", "opacities", "colors")
 
 
-# The backward compositing's layouts: pixels a thread, and segments of the tiles' splat lists
-# (0: gsnb's choice by the grid's size, which for these small images is one pixel a thread
-# and segments of 1024 splats; -1: none; 256: forced short ones, several a tile).
+# The compositing's layouts: pixels a thread of the backward, segments of the tiles' splat
+# lists (0: gsnb's choice by the grid's size, which for these small images is one pixel a
+# thread and segments of 1024 splats; -1: none; 256: forced short ones, several a tile), and
+# whether the forward walks the segments at once (0: gsnb's choice, which for these small
+# images is yes; -1: one block a tile, recording the segments' states on its way).
 LAYOUTS = {
-    "one_row": (1, 0),
-    "two_rows": (2, 0),
-    "one_row_unsegmented": (1, -1),
-    "one_row_segments_256": (1, 256),
-    "two_rows_segments_256": (2, 256),
+    "one_row": (1, 0, 0),
+    "two_rows": (2, 0, 0),
+    "one_row_unsegmented": (1, -1, 0),
+    "one_row_segments_256": (1, 256, 0),
+    "two_rows_segments_256": (2, 256, 0),
+    "one_row_segments_256_recorded": (1, 256, -1),
+    "one_row_recorded": (1, 0, -1),
 }
 
 
-def use_layout(rows: int, segments: int) -> tuple[int, int]:
-    """Sets the backward compositing's layout; returns the previous one."""
+def use_layout(rows: int, segments: int, forward: int) -> tuple[int, int, int]:
+    """Sets the compositing's layout; returns the previous one."""
     return (
         kernels.set_rasterize_rows(rows=rows),
         kernels.set_rasterize_segments(length=segments),
+        kernels.set_rasterize_forward_segments(mode=forward),
     )
 
 
@@ -220,7 +225,7 @@ def test_background_with_a_gradient(cuda_ext):
 def test_the_backward_layouts_give_the_same_gradients(layout):
     # Long lists: 20,000 Gaussians over 16x11 tiles of two cameras.
     g, viewmats, Ks = scene(20000, 256, 173, 2, seed=3)
-    grads = {}
+    grads, images = {}, {}
     for name, setting in LAYOUTS.items():
         use_layout(*setting)
         params = {k: v.clone().requires_grad_(True) for k, v in g.items()}
@@ -230,8 +235,12 @@ def test_the_backward_layouts_give_the_same_gradients(layout):
         )  # fmt: skip
         (out.rgb.sum() + out.alpha.square().sum() + out.depth.sum()).backward()
         grads[name] = {k: p.grad for k, p in params.items()}
+        images[name] = (out.rgb.detach(), out.alpha.detach(), out.depth.detach())
     use_layout(*layout)
     for name in LAYOUTS:
+        # A segment's transmittance in front is the product of the earlier segments'.
+        for a, b in zip(images[name], images["two_rows"], strict=True):
+            assert rel_err(a, b) < 1e-5, name
         for k in KEYS:
             # The same sums in another order (atomics; a segment's start from the forward's
             # running sums).
@@ -240,6 +249,8 @@ def test_the_backward_layouts_give_the_same_gradients(layout):
         kernels.set_rasterize_rows(rows=3)
     with pytest.raises(RuntimeError, match="a positive multiple of 256"):
         kernels.set_rasterize_segments(length=300)
+    with pytest.raises(RuntimeError, match=r"mode must be 0 \(by the grid's size\)"):
+        kernels.set_rasterize_forward_segments(mode=2)
 
 
 def test_several_cameras_equal_one_at_a_time(cuda_ext):

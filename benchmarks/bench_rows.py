@@ -9,9 +9,12 @@ lists (``one_segments``, gsnb's segment length), two pixels a thread over whole 
 that a slow spell of the GPU falls on all of them; with segments, the forward either walks
 each tile in one block and records the segments' states (``one_segments``) or walks the
 segments at once (``one_segments_two_pass``). And the forward alone at one pixel a thread:
-without segments, recording them, and walking them at once. Writes ``OUT/rows_h200.json``.
+without segments, recording them, and walking them at once. With ``--lengths``, also one
+pixel a thread over segments of each of those lengths (``one_segments_<length>``, the forward
+by the grid's size). Writes ``OUT/rows_h200.json``.
 
     python benchmarks/bench_rows.py --out OUT --fox .device/fox
+    python benchmarks/bench_rows.py --out OUT --scenes fox_trained_half --lengths 512,1024,2048
 """
 
 from __future__ import annotations
@@ -51,12 +54,13 @@ def use(rows: int, segments: int, forward: int) -> None:
     kernels.set_rasterize_forward_segments(mode=forward)
 
 
-def time_scene(s: dict, rounds: int, repeat: int) -> dict:
+def time_scene(s: dict, rounds: int, repeat: int, lengths: tuple[int, ...] = ()) -> dict:
     forward, forward_backward = calls(s, lambda s_, p: gsnb_render(s_, p, False, None), False)
-    times: dict = {name: [] for name in SETTINGS}
+    settings = SETTINGS | {f"one_segments_{n}": (1, n, 0) for n in lengths}
+    times: dict = {name: [] for name in settings}
     forward_times: dict = {name: [] for name in FORWARDS}
     for _ in range(rounds):
-        for name, setting in SETTINGS.items():
+        for name, setting in settings.items():
             use(*setting)
             times[name].append(cuda_time_ms(forward_backward, repeat=repeat))
         for name, (segments, mode) in FORWARDS.items():
@@ -86,7 +90,11 @@ def main() -> int:
         "--scenes",
         default="random_1M,fox_4cams,fox_trained_full,fox_trained_half,fox_trained_small",
     )
+    parser.add_argument(
+        "--lengths", default="", help="segment lengths to time too (multiples of 256): 512,2048"
+    )
     args = parser.parse_args()
+    lengths = tuple(int(n) for n in args.lengths.split(",") if n)
     results: dict = {"environment": environment(), "scenes": {}}
     for name in args.scenes.split(","):
         s = scene_by_name(name, args.fox)
@@ -98,7 +106,7 @@ def main() -> int:
                 "cameras": int(scene["viewmats"].shape[0]),
                 "width": scene["width"],
                 "height": scene["height"],
-                **time_scene(scene, args.rounds, args.repeat),
+                **time_scene(scene, args.rounds, args.repeat, lengths),
             }
             results["scenes"][key] = row
             print(key, row, flush=True)

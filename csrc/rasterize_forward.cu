@@ -365,8 +365,11 @@ int rasterize_segment_length(int64_t c, int64_t width, int64_t height, int64_t m
   if (forced < 0) return 0;
   if (forced > 0) return forced;
   if (rasterize_rows(c, width, height) != 1) return 0;
-  // Segments of 1024 splats; longer where that would record more than 16384 of them.
-  return (int)std::max<int64_t>(1024, div_up(div_up(m, 16384), kBlock) * kBlock);
+  // Segments of 1024 splats, 512 on grids below one wave of one-pixel blocks (where the
+  // forward walks them at once too: twice the blocks to fill the GPU with); longer where
+  // that would record more than 16384 of them.
+  const int64_t base = one_pixel_waves(c, width, height) == 0 ? 512 : 1024;
+  return (int)std::max<int64_t>(base, div_up(div_up(m, 16384), kBlock) * kBlock);
 }
 
 int rasterize_forward_segments_override(int mode) {

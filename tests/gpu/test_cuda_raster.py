@@ -22,7 +22,7 @@ KEYS = ("means", "quats", "scales", "opacities", "colors")
 
 # The compositing's layouts: pixels a thread of the backward, segments of the tiles' splat
 # lists (0: gsnb's choice by the grid's size, which for these small images is one pixel a
-# thread and segments of 1024 splats; -1: none; 256: forced short ones, several a tile), and
+# thread and segments of 512 splats; -1: none; 256: forced short ones, several a tile), and
 # whether the forward walks the segments at once (0: gsnb's choice, which for these small
 # images is yes; -1: one block a tile, recording the segments' states on its way).
 LAYOUTS = {

@@ -35,6 +35,33 @@ __device__ __forceinline__ void write_pixel(const TilePixel& p, const float (&ac
   last_ids[p.pix] = pack_last(last, p.start);
 }
 
+// The walk of one pixel over a staged batch s_*[0, count) of splats base, base + 1, ...,
+// unless it is `done`: blends each splat it meets into acc and T and sets `last` one past
+// it; where the next transmittance would fall below kTransmittanceMin it stops there, sets
+// `done` and returns true (the splat that would cross it not blended).
+template <int CH>
+__device__ __forceinline__ bool blend_batch(const float4* s_geo, const float2* s_bo,
+                                            const float4* s_feat, int count, int base, float px,
+                                            float py, float& T, float (&acc)[CH], int& last,
+                                            bool& done) {
+  for (int t = 0; t < count && !done; ++t) {
+    SplatAlpha hit;
+    if (!splat_alpha(s_geo[t], s_bo[t], px, py, hit)) continue;
+    const float next_T = T * (1.f - hit.alpha);
+    if (next_T < kTransmittanceMin) {
+      done = true;
+      return true;
+    }
+    const float w = hit.alpha * T;
+    const float4 f = s_feat[t];
+#pragma unroll
+    for (int ch = 0; ch < CH; ++ch) acc[ch] += w * feat_at(f, ch);
+    T = next_T;
+    last = base + t + 1;
+  }
+  return false;
+}
+
 template <int CH>
 // (Eight blocks a SM: 32 registers, as before the segments' bookkeeping.)
 __global__ void __launch_bounds__(kBlock, 8) rasterize_forward_kernel(
@@ -77,22 +104,8 @@ __global__ void __launch_bounds__(kBlock, 8) rasterize_forward_kernel(
       stage_splat<CH>(k, p.tr, num_opacities, stored, flat_ids, means2d, conics, feats, opacities,
                       s_geo, s_bo, s_feat);
     __syncthreads();
-    const int count = min(kBlock, p.end - base);
-    for (int t = 0; t < count && !done; ++t) {
-      SplatAlpha hit;
-      if (!splat_alpha(s_geo[t], s_bo[t], p.px, p.py, hit)) continue;
-      const float next_T = T * (1.f - hit.alpha);
-      if (next_T < kTransmittanceMin) {
-        done = true;
-        break;
-      }
-      const float w = hit.alpha * T;
-      const float4 f = s_feat[t];
-#pragma unroll
-      for (int ch = 0; ch < CH; ++ch) acc[ch] += w * feat_at(f, ch);
-      T = next_T;
-      last = base + t + 1;
-    }
+    blend_batch<CH>(s_geo, s_bo, s_feat, min(kBlock, p.end - base), base, p.px, p.py, T, acc,
+                    last, done);
   }
   if (p.inside)
     write_pixel<CH>(p, acc, T, last, background, out_rgb, out_depth, out_alpha, last_ids);
@@ -189,22 +202,9 @@ __global__ void __launch_bounds__(kBlock) segment_blend_kernel(
       stage_splat<CH>(k, p.tr, num_opacities, stored, flat_ids, means2d, conics, feats, opacities,
                       s_geo, s_bo, s_feat);
     __syncthreads();
-    const int count = min(kBlock, span.hi - base);
-    for (int t = 0; t < count && !done; ++t) {
-      SplatAlpha hit;
-      if (!splat_alpha(s_geo[t], s_bo[t], p.px, p.py, hit)) continue;
-      const float next_T = T * (1.f - hit.alpha);
-      if (next_T < kTransmittanceMin) {
-        done = stopped = true;
-        break;
-      }
-      const float w = hit.alpha * T;
-      const float4 f = s_feat[t];
-#pragma unroll
-      for (int ch = 0; ch < CH; ++ch) acc[ch] += w * feat_at(f, ch);
-      T = next_T;
-      last = base + t + 1;
-    }
+    if (blend_batch<CH>(s_geo, s_bo, s_feat, min(kBlock, span.hi - base), base, p.px, p.py, T,
+                        acc, last, done))
+      stopped = true;
   }
   float* row = scratch_row(scratch, blockIdx.x);
   row[kBlock + p.tr] = dead_before ? kDeadBefore : stopped ? -T : T;

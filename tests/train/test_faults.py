@@ -254,7 +254,7 @@ def _fail_once(monkeypatch, target: str, error: BaseException) -> list[int]:
 @pytest.mark.parametrize(
     ("strategy", "target"),
     [
-        (_densifying, "duplicate"),
+        (_densifying, "replace_param"),
         (lambda: MCMCStrategy(refine_start_iter=2, refine_every=3, cap_max=400), "sample_add"),
     ],
 )

@@ -14,6 +14,7 @@ from gsnb.train.health import gate_open
 from gsnb.train.knobs import knob
 from gsnb.train.strategy import ops
 from gsnb.train.strategy.base import Strategy
+from gsnb.train.strategy.refine import clone_split_prune
 
 
 @dataclass
@@ -105,8 +106,8 @@ class DefaultStrategy(Strategy):
             _running_sums(params, state)
             if info.get("process_group") is not None:  # every process decides on the same sums
                 info["process_group"].sum_(state["grad2d"], state["count"])
-            counts["cloned"], counts["split"] = self.grow(params, optimizer, state, generator)
-            counts["pruned"] = self.prune(params, optimizer, state, step)
+            cloned, split, pruned = self.refine(params, optimizer, state, step, generator)
+            counts |= {"cloned": cloned, "split": split, "pruned": pruned}
             state["grad2d"].zero_()
             state["count"].zero_()
         if self.resets_at(step):
@@ -190,42 +191,33 @@ class DefaultStrategy(Strategy):
         state["count"] += visible.sum(0).to(grads.dtype)
 
     @torch.no_grad()
-    def grow(
-        self,
-        params: MutableMapping[str, nn.Parameter],
-        optimizer: torch.optim.Optimizer | None,
-        state: dict,
-        generator: torch.Generator | None = None,
-    ) -> tuple[int, int]:
-        """Clone small, split large Gaussians of high mean gradient; returns ``(cloned, split)``."""
-        grads = state["grad2d"] / state["count"].clamp_min(1)
-        high = grads > self.grow_grad2d
-        small = torch.exp(params["scales"]).amax(-1) <= self.grow_scale3d * state["scene_scale"]
-        clone = high & small
-        n_clone = ops.duplicate(params, optimizer, state, clone)
-        # Clones are appended and never split in the same round.
-        to_split = torch.cat([high & ~small, clone.new_zeros(n_clone)])
-        n_split = ops.split(
-            params, optimizer, state, to_split, generator, revised_opacity=self.revised_opacity
-        )
-        return n_clone, n_split
-
-    @torch.no_grad()
-    def prune(
+    def refine(
         self,
         params: MutableMapping[str, nn.Parameter],
         optimizer: torch.optim.Optimizer | None,
         state: dict,
         step: int,
-    ) -> int:
-        """Remove transparent (after the first reset also too large) Gaussians; returns how many."""
-        doomed = torch.sigmoid(params["opacities"]) < self.prune_opa
-        if step > self.reset_every:
-            too_big = (
-                torch.exp(params["scales"]).amax(-1) > self.prune_scale3d * state["scene_scale"]
-            )
-            doomed = doomed | too_big
-        return ops.remove(params, optimizer, state, doomed)
+        generator: torch.Generator | None = None,
+    ) -> tuple[int, int, int]:
+        """Clone small and split large Gaussians of high mean gradient, then prune the
+        transparent (after the first reset also the too large) ones, the children
+        included; returns ``(cloned, split, pruned)``. Every tensor is rebuilt once
+        (:func:`gsnb.train.strategy.refine.clone_split_prune`)."""
+        grads = state["grad2d"] / state["count"].clamp_min(1)
+        high = grads > self.grow_grad2d
+        small = torch.exp(params["scales"]).amax(-1) <= self.grow_scale3d * state["scene_scale"]
+        too_big = self.prune_scale3d * state["scene_scale"]
+
+        def doomed(opacities: Tensor, scales: Tensor) -> Tensor:
+            out = torch.sigmoid(opacities) < self.prune_opa
+            if step > self.reset_every:
+                out |= torch.exp(scales).amax(-1) > too_big
+            return out
+
+        return clone_split_prune(
+            params, optimizer, state, high & small, high & ~small, doomed, generator,
+            revised_opacity=self.revised_opacity,
+        )  # fmt: skip
 
 
 def _fused(grads: Tensor, radii: Tensor) -> bool:

@@ -42,6 +42,7 @@ from gsnb.train.rundir import RunFolder, checkpoint_bytes, ply_bytes
 from gsnb.train.strategy import Strategy, make_strategy
 from gsnb.train.timeline import Timeline, timeline_text
 from gsnb.train.trainer import CHECKPOINT_NAME, DensifyError, Trainer
+from gsnb.train.warm import start_warming
 from gsnb.utils.atomic import atomic_write
 
 PLY_NAME = "point_cloud.ply"
@@ -131,6 +132,10 @@ def train(args: argparse.Namespace) -> int:
     timeline = _command_timeline(args)
     out = Path(args.out)
     folder = RunFolder(out)
+    # CUDA's start and the refine step's kernels load while the photos decode
+    warming = None
+    if getattr(args, "strategy", None) == "default":
+        warming = start_warming(getattr(args, "device", None) or "auto")
     try:
         if args.resume:
             claim_folder(folder, args, "gsnb train")
@@ -148,10 +153,14 @@ def train(args: argparse.Namespace) -> int:
             )
             claim_folder(folder, args, "gsnb train")  # only once the data loaded: no empty folders
             trainer = Trainer(data, config, strategy=strategy, progress=not args.no_progress)
+        if warming is not None:
+            warming.join()
         timeline.mark("data")  # the dataset read, its images decoded, the Gaussians made
         preflight(trainer, folder, progress=not args.no_progress)
         close_viewer = _start_viewer(args, trainer, out)
     except (OSError, ValueError, RuntimeError, ImportError) as err:
+        if warming is not None:
+            warming.join()
         folder.release(remove_if_new=True)
         print(f"gsnb train: error: {err}", file=sys.stderr)
         return 1

@@ -508,13 +508,16 @@ class Trainer(TrainingControl):
             if not half.skipped:
                 snapshot = None
                 try:
-                    snapshot = DensifySnapshot.take(
-                        self.model.splats,
-                        self.optimizer,
-                        self.strategy_state,
-                        self._gen,
-                        copy_state=self.strategy.densifies_at(half.step),
-                    )
+                    # A step that only adds to the strategy's sums, gated on the device,
+                    # changes nothing a snapshot could put back: none is taken then.
+                    if not self.strategy.gates_at(half.step):
+                        snapshot = DensifySnapshot.take(
+                            self.model.splats,
+                            self.optimizer,
+                            self.strategy_state,
+                            self._gen,
+                            copy_state=self.strategy.densifies_at(half.step),
+                        )
                     counts = self.strategy.step_post_backward(
                         self.model.splats,
                         self.optimizer,
@@ -525,7 +528,7 @@ class Trainer(TrainingControl):
                         self._gen,
                     )
                 except Exception as err:
-                    if snapshot is not None:  # else the copy itself failed: nothing changed
+                    if snapshot is not None:  # else none was needed, or taking it failed
                         snapshot.restore(
                             self.model.splats, self.optimizer, self.strategy_state, self._gen
                         )

@@ -159,11 +159,12 @@ def train(args: argparse.Namespace) -> int:
         preflight(trainer, folder, progress=not args.no_progress)
         close_viewer = _start_viewer(args, trainer, out)
     except (OSError, ValueError, RuntimeError, ImportError) as err:
-        if warming is not None:
-            warming.join()
         folder.release(remove_if_new=True)
         print(f"gsnb train: error: {err}", file=sys.stderr)
         return 1
+    finally:  # also after Ctrl-C: no thread in CUDA while the process ends
+        if warming is not None:
+            warming.join()
 
     def again(path: Path) -> list[str]:
         return ["gsnb", "train", str(args.data), "--out", str(out), "--resume", str(path)]

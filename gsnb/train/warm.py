@@ -15,18 +15,15 @@ import contextlib
 import threading
 
 import torch
-from torch import nn
 
-from gsnb.model import SPLAT_KEYS
-
-_SHAPES = {"means": (3,), "quats": (4,), "scales": (3,), "opacities": (), "sh0": (1, 3)}
+from gsnb.model import GaussianModel
 
 
-def warm_refine(device: torch.device, sh_rest: int = 15) -> tuple[int, int, int]:
+def warm_refine(device: torch.device) -> tuple[int, int, int]:
     """Run :class:`~gsnb.train.strategy.DefaultStrategy`'s refine step once on eight
-    made-up Gaussians on ``device`` (SH ``sh_rest`` rest coefficients), on a stream of its
-    own, with a generator of its own: nothing of a run's state is touched. Returns the
-    step's ``(cloned, split, pruned)``: all three happen, so that all their kernels load.
+    made-up Gaussians (SH degree 3, as a run's) on ``device``, on a stream of its own, with
+    a generator of its own: nothing of a run's state is touched. Returns the step's
+    ``(cloned, split, pruned)``: all three happen, so that all their kernels load.
 
     Example:
         >>> import torch
@@ -35,18 +32,14 @@ def warm_refine(device: torch.device, sh_rest: int = 15) -> tuple[int, int, int]
     """
     from gsnb.train.strategy import DefaultStrategy
 
-    shapes = _SHAPES | {"shN": (sh_rest, 3)}
     gen = torch.Generator(device).manual_seed(0)
+    points = torch.rand((8, 3), generator=torch.Generator().manual_seed(0))
+    model = GaussianModel.from_points(points, torch.full((8, 3), 0.5)).to(device)
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-        params = nn.ParameterDict(
-            {
-                k: nn.Parameter(torch.rand((8, *shapes[k]), generator=gen, device=device))
-                for k in SPLAT_KEYS
-            }
-        )
+        params = model.splats
         # four small (cloned), four large (split), two of each transparent (pruned)
-        params["scales"].data += torch.tensor([-6.0] * 4 + [-3.5] * 4, device=device)[:, None]
+        params["scales"].data.copy_(torch.tensor([-6.0] * 4 + [-3.5] * 4, device=device)[:, None])
         params["opacities"].data -= torch.tensor([8.0, 0.0] * 4, device=device)
         strategy = DefaultStrategy()
         state = strategy.initialize_state(scene_scale=1.0)

@@ -86,13 +86,11 @@ def clone_split_prune(
     # Where each row of the grown set comes from: [rest, clones, children, children].
     source = torch.cat([rest, copies, parents.repeat(2)])
 
-    def grown(name: str) -> Tensor:
-        p = params[name]
-        if name not in drawn:
-            return p[source]
-        return torch.cat([p[torch.cat([rest, copies])], drawn[name]])
-
-    keep = torch.where(~doomed(grown("opacities"), grown("scales")))[0]
+    copied = source[: len(rest) + len(copies)]
+    # The grown set's values where children are drawn, not copied (each computed once).
+    grown = {name: torch.cat([params[name][copied], children]) for name, children in drawn.items()}
+    opacities = grown.get("opacities", params["opacities"][source])
+    keep = torch.where(~doomed(opacities, grown["scales"]))[0]
     # Moments: the rows kept in place carry theirs, every new Gaussian starts at zero.
     kept_in_place = rest[keep[keep < len(rest)]]
     n_new = len(keep) - len(kept_in_place)
@@ -102,7 +100,7 @@ def clone_split_prune(
 
     rows = source[keep]
     for name in list(params.keys()):
-        value = grown(name)[keep] if name in drawn else params[name][rows]
+        value = grown[name][keep] if name in grown else params[name][rows]
         ops.replace_param(params, optimizer, name, value, moments)
     for key, v in list(state.items()):
         if isinstance(v, Tensor) and v.dim() > 0:

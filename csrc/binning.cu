@@ -57,7 +57,8 @@ __global__ void emit_kernel(
     const float* __restrict__ means2d, const float* __restrict__ conics,
     const float* __restrict__ opacities, bool per_camera, bool stored,
     const int* __restrict__ radii, int width, int height,
-    int tiles_x, int num_tiles, uint32_t* __restrict__ keys, int* __restrict__ values) {
+    int tiles_x, int num_tiles, int capacity, uint32_t* __restrict__ keys,
+    int* __restrict__ values) {
   const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const int lane = threadIdx.x & (kWarpSize - 1);
   // No early return: every lane takes part in the warp's walks of large splats below.
@@ -65,15 +66,18 @@ __global__ void emit_kernel(
   float r2 = 0.f;
   bool live = false;
   if (p < total) {
-    pos = p == 0 ? 0 : (int)ends[p - 1];
-    end = (int)ends[p];
+    // Writes stop at the buffers' capacity: past it the caller discards the render.
+    pos = p == 0 ? 0 : (int)min(ends[p - 1], (int64_t)capacity);
+    end = (int)min(ends[p], (int64_t)capacity);
     if (pos < end) {
       idx = order[p];
       const int gid = idx % n;
       live = extent2(opacity_of(opacities[per_camera ? idx : gid], stored), &r2);
     }
   }
-  const uint32_t cam_base = (uint32_t)(idx / n) * (uint32_t)num_tiles;
+  // Keys are slot + 1: key 0 is left for the unused tail of a buffer larger than the count,
+  // which the sort moves to the front, so that the slots' lists end where the buffer does.
+  const uint32_t cam_base = (uint32_t)(idx / n) * (uint32_t)num_tiles + 1u;
   TileWalk w{};
   if (live)
     w = tile_walk(means2d[idx * 2], means2d[idx * 2 + 1], conics[idx * 3], conics[idx * 3 + 1],
@@ -126,16 +130,24 @@ __global__ void emit_kernel(
   }
 }
 
-// offsets[t] = index of the first intersection whose (camera, tile) slot is >= t.
+// offsets[t] = index of the first intersection whose (camera, tile) slot is >= t; a key is
+// its slot + 1, and the unused entries (key 0, slot -1) sort before every slot's.
 __global__ void tile_offsets_kernel(
     int64_t m, const uint32_t* __restrict__ keys, int64_t num_slots, int* __restrict__ offsets) {
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= m) return;
-  const int64_t cur = keys[i];
-  const int64_t prev = i == 0 ? -1 : (int64_t)keys[i - 1];
+  const int64_t cur = (int64_t)keys[i] - 1;
+  const int64_t prev = i == 0 ? -1 : (int64_t)keys[i - 1] - 1;
   for (int64_t t = prev + 1; t <= cur; ++t) offsets[t] = (int)i;
   if (i == m - 1)
     for (int64_t t = cur + 1; t < num_slots; ++t) offsets[t] = (int)m;
+}
+
+// A render whose intersections overflowed the buffers' capacity lacks some: its loss becomes
+// NaN, which closes the step's gate (gate.cuh), so that nothing learns from it.
+__global__ void flag_overflow_kernel(const int64_t* __restrict__ count, int64_t capacity,
+                                     float* __restrict__ loss) {
+  if (*count > capacity) *loss = __int_as_float(0x7fc00000);
 }
 
 }  // namespace
@@ -155,17 +167,22 @@ void launch_gather_counts(int64_t total, const int* order, const int* tiles, int
 void launch_emit(int64_t total, int64_t n, const int* order, const int64_t* ends,
                  const float* means2d, const float* conics, const float* opacities,
                  bool per_camera, bool stored, const int* radii, int64_t width, int64_t height,
-                 int tiles_x, int64_t num_tiles, uint32_t* keys, int* values,
+                 int tiles_x, int64_t num_tiles, int64_t capacity, uint32_t* keys, int* values,
                  cudaStream_t stream) {
   emit_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
       total, n, order, ends, means2d, conics, opacities, per_camera, stored, radii, width, height,
-      tiles_x, num_tiles, keys, values);
+      tiles_x, num_tiles, (int)capacity, keys, values);
 }
 
 void launch_tile_offsets(int64_t m, const uint32_t* keys, int64_t num_slots, int* offsets,
                          cudaStream_t stream) {
   tile_offsets_kernel<<<blocks_for(m, kThreads), kThreads, 0, stream>>>(m, keys, num_slots,
                                                                         offsets);
+}
+
+void launch_flag_overflow(const int64_t* count, int64_t capacity, float* loss,
+                          cudaStream_t stream) {
+  flag_overflow_kernel<<<1, 1, 0, stream>>>(count, capacity, loss);
 }
 
 }  // namespace gsnb

@@ -29,6 +29,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bin_splats", &gsnb::bin_splats, "sort splat-tile intersections by tile and depth",
         py::arg("means2d"), py::arg("conics"), py::arg("opacities"), py::arg("depths"),
         py::arg("radii"), py::arg("tiles"), py::arg("width"), py::arg("height"), py::arg("stored"), nogil);
+  m.def("bin_splats_within", &gsnb::bin_splats_within,
+        "bin_splats into buffers of a given capacity, without waiting for the count",
+        py::arg("means2d"), py::arg("conics"), py::arg("opacities"), py::arg("depths"),
+        py::arg("radii"), py::arg("tiles"), py::arg("width"), py::arg("height"), py::arg("stored"),
+        py::arg("capacity"), nogil);
   m.def("rasterize_forward", &gsnb::rasterize_forward, "front-to-back compositing per tile",
         py::arg("means2d"), py::arg("conics"), py::arg("feats"), py::arg("opacities"),
         py::arg("offsets"), py::arg("flat_ids"), py::arg("width"), py::arg("height"),
@@ -79,5 +84,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("height"), py::arg("near_plane"), py::arg("far_plane"), py::arg("sh_degree"),
         py::arg("backgrounds"), py::arg("target"), py::arg("pad"), py::arg("sigma"), py::arg("c1"),
         py::arg("c2"), py::arg("lam"), py::arg("absgrad"), py::arg("antialiased") = false,
-        py::arg("filter3d") = py::none(), nogil);
+        py::arg("filter3d") = py::none(), py::arg("capacity") = 0, nogil);
 }

@@ -84,16 +84,22 @@ void launch_depth_keys(int64_t total, const float* depths, const int* tiles, uin
 void launch_gather_counts(int64_t total, const int* order, const int* tiles, int64_t* counts,
                           cudaStream_t stream);
 
-// One (camera, tile) key and splat id per intersection, in the order of `order`.
+// One key (the (camera, tile) slot + 1) and splat id per intersection, in the order of
+// `order`; those at or past `capacity` are not written.
 void launch_emit(int64_t total, int64_t n, const int* order, const int64_t* ends,
                  const float* means2d, const float* conics, const float* opacities,
                  bool per_camera, bool stored, const int* radii, int64_t width, int64_t height,
-                 int tiles_x, int64_t num_tiles, uint32_t* keys, int* values,
+                 int tiles_x, int64_t num_tiles, int64_t capacity, uint32_t* keys, int* values,
                  cudaStream_t stream);
 
-// offsets[t] = index of the first of the m sorted keys that is >= t, for t < num_slots.
+// offsets[t] = index of the first of the m sorted keys whose slot (key - 1) is >= t, for
+// t < num_slots; keys 0 (unused entries) sort first and belong to no slot.
 void launch_tile_offsets(int64_t m, const uint32_t* keys, int64_t num_slots, int* offsets,
                          cudaStream_t stream);
+
+// loss[0] = NaN where *count (on the device) exceeds capacity.
+void launch_flag_overflow(const int64_t* count, int64_t capacity, float* loss,
+                          cudaStream_t stream);
 
 // ---- sort.cu (cub) ------------------------------------------------------------------------
 

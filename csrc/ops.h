@@ -54,6 +54,17 @@ std::vector<at::Tensor> bin_splats(
     const at::Tensor& depths, const at::Tensor& radii, const at::Tensor& tiles, int64_t width,
     int64_t height, bool stored);
 
+// bin_splats with a count of intersections the caller chose (capacity > 0) instead of the
+// one the GPU finds, so that the host need not wait for it: buffers of `capacity` entries,
+// whose unused ones sort first and belong to no tile (each tile's list, and the last one's
+// end, index the whole buffer). -> offsets, splat ids [capacity], then count [1] int64 on
+// the device: the intersections there were; above capacity, the lists lack some of them.
+// capacity 0 waits for the count and sizes the buffers by it, as bin_splats.
+std::vector<at::Tensor> bin_splats_within(
+    const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& opacities,
+    const at::Tensor& depths, const at::Tensor& radii, const at::Tensor& tiles, int64_t width,
+    int64_t height, bool stored, int64_t capacity);
+
 // -> rgb [C,H,W,3], expected depth [C,H,W,1] (empty without a depth channel), alpha [C,H,W,1],
 //    last ids [C,H,W] int16 (each pixel's walk end past its tile's first intersection, as
 //    uint16 bits; 0xFFFF: the backward walks the tile again), then seg_starts [slots+2] int32
@@ -153,7 +164,10 @@ void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double 
 // of the loss by the backward entry points above: what autograd computes from the same calls.
 // -> stats [4] (loss, L1, SSIM, MSE), v_means [N,3], v_quats [N,4], v_scales [N,3],
 //    v_opacities [N], v_sh0 [N,1,3], v_shN (shape of shN), means2d [1,N,2], v_means2d [1,N,2],
-//    radii [1,N,2] int32, and with absgrad |v_means2d| summed per pixel [1,N,2] (else empty).
+//    radii [1,N,2] int32, with absgrad |v_means2d| summed per pixel [1,N,2] (else empty),
+//    and the count [1] int64 of splat-tile intersections. capacity > 0 bins them in buffers
+//    of that size without waiting for the GPU (bin_splats_within); where the count exceeds
+//    it the render lacks some and the loss, stats[0], is NaN.
 std::vector<at::Tensor> train_forward_backward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
     const at::Tensor& opacities, const at::Tensor& sh0, const std::optional<at::Tensor>& shN,
@@ -161,6 +175,6 @@ std::vector<at::Tensor> train_forward_backward(
     double near_plane, double far_plane, int64_t sh_degree,
     const std::optional<at::Tensor>& backgrounds, const at::Tensor& target, int64_t pad,
     double sigma, double c1, double c2, double lambda, bool absgrad,
-    bool antialiased, const std::optional<at::Tensor>& filter3d);
+    bool antialiased, const std::optional<at::Tensor>& filter3d, int64_t capacity);
 
 }  // namespace gsnb

@@ -181,10 +181,10 @@ std::pair<at::Tensor, at::Tensor> sort_pairs(
 
 }  // namespace
 
-std::vector<at::Tensor> bin_splats(
+std::vector<at::Tensor> bin_splats_within(
     const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& opacities,
     const at::Tensor& depths, const at::Tensor& radii, const at::Tensor& tiles, int64_t width,
-    int64_t height, bool stored) {
+    int64_t height, bool stored, int64_t capacity) {
   const c10::cuda::OptionalCUDAGuard guard(means2d.device());
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t c = means2d.size(0), n = means2d.size(1), total = c * n;
@@ -195,12 +195,15 @@ std::vector<at::Tensor> bin_splats(
   TORCH_CHECK(opacities.numel() == n || opacities.numel() == total,
               "bin_splats: opacities must be [N] or [C, N] with C, N = ", c, ", ", n, ", got ",
               opacities.sizes());
+  TORCH_CHECK(capacity >= 0 && capacity < (int64_t(1) << 31),
+              "bin_splats: capacity must be in [0, 2^31), got ", capacity);
 
   auto iopt = means2d.options().dtype(at::kInt);
+  auto lopt = means2d.options().dtype(at::kLong);
   auto offsets = at::empty({c, tiles_y, tiles_x}, iopt);
   if (total == 0) {
-    offsets.zero_();
-    return {offsets, at::empty({0}, iopt)};
+    offsets.fill_(int(capacity));
+    return {offsets, at::zeros({capacity}, iopt), at::zeros({1}, lopt)};
   }
 
   // 1. Splats by depth (see the top of the file for several cameras).
@@ -216,7 +219,6 @@ std::vector<at::Tensor> bin_splats(
   }
 
   // 2. Where each splat's intersections end, in that order; the last end is their count.
-  auto lopt = means2d.options().dtype(at::kLong);
   auto counts = at::empty({total}, lopt);
   auto ends = at::empty({total}, lopt);
   launch_gather_counts(total, order.data_ptr<int>(), tiles.data_ptr<int>(),
@@ -232,35 +234,49 @@ std::vector<at::Tensor> bin_splats(
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   counts = at::Tensor();
-  int64_t m = 0;  // the step's one wait for the GPU: the intersection buffers' size
-  C10_CUDA_CHECK(cudaMemcpyAsync(&m, ends.data_ptr<int64_t>() + (total - 1), sizeof(int64_t),
-                                 cudaMemcpyDeviceToHost, stream));
-  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-  TORCH_CHECK(m < (int64_t(1) << 31), "more than 2^31 splat-tile intersections: ", m);
-  if (m == 0) {
-    offsets.zero_();
-    return {offsets, at::empty({0}, iopt)};
+  const at::Tensor count = ends.narrow(0, total - 1, 1);
+  int64_t m = capacity;
+  if (capacity == 0) {  // the step's one wait for the GPU: the intersection buffers' size
+    C10_CUDA_CHECK(cudaMemcpyAsync(&m, count.data_ptr<int64_t>(), sizeof(int64_t),
+                                   cudaMemcpyDeviceToHost, stream));
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    TORCH_CHECK(m < (int64_t(1) << 31), "more than 2^31 splat-tile intersections: ", m);
+    if (m == 0) {
+      offsets.zero_();
+      return {offsets, at::empty({0}, iopt), count};
+    }
   }
 
-  // 3. One (camera, tile) key per intersection, then a stable sort on those keys only.
+  // 3. One (camera, tile) key per intersection, then a stable sort on those keys only. Keys
+  // are slot + 1 (binning.cu); the entries the count leaves unused keep key 0.
   auto keys = at::empty({m}, iopt);
   auto values = at::empty({m}, iopt);
+  if (capacity > 0)
+    C10_CUDA_CHECK(cudaMemsetAsync(keys.data_ptr<int>(), 0, m * sizeof(int), stream));
   launch_emit(total, n, order.data_ptr<int>(), ends.data_ptr<int64_t>(),
               means2d.data_ptr<float>(), conics.data_ptr<float>(), opacities.data_ptr<float>(),
               opacities.numel() == total, stored, radii.data_ptr<int>(), width, height, tiles_x,
-              num_tiles, reinterpret_cast<uint32_t*>(keys.data_ptr<int>()),
+              num_tiles, m, reinterpret_cast<uint32_t*>(keys.data_ptr<int>()),
               values.data_ptr<int>(), stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   order = at::Tensor();
-  ends = at::Tensor();
-  auto sorted = sort_pairs(keys, values, bits_for(c * num_tiles), stream);
+  auto sorted = sort_pairs(keys, values, bits_for(c * num_tiles + 1), stream);
   keys = at::Tensor();
   values = at::Tensor();
 
   launch_tile_offsets(m, reinterpret_cast<const uint32_t*>(sorted.first.data_ptr<int>()),
                       c * num_tiles, offsets.data_ptr<int>(), stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {offsets, sorted.second};
+  return {offsets, sorted.second, count};
+}
+
+std::vector<at::Tensor> bin_splats(
+    const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& opacities,
+    const at::Tensor& depths, const at::Tensor& radii, const at::Tensor& tiles, int64_t width,
+    int64_t height, bool stored) {
+  auto bins = bin_splats_within(means2d, conics, opacities, depths, radii, tiles, width, height,
+                                stored, 0);
+  return {bins[0], bins[1]};
 }
 
 // ---- compositing (rasterize_forward.cu, rasterize_backward.cu) -----------------------------

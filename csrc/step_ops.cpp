@@ -7,12 +7,14 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "host.h"
+#include "launch.h"
 #include "ops.h"
 
 namespace gsnb {
@@ -24,7 +26,7 @@ std::vector<at::Tensor> train_forward_backward(
     double near_plane, double far_plane, int64_t sh_degree,
     const std::optional<at::Tensor>& backgrounds, const at::Tensor& target, int64_t pad,
     double sigma, double c1, double c2, double lambda, bool absgrad, bool antialiased,
-    const std::optional<at::Tensor>& filter3d) {
+    const std::optional<at::Tensor>& filter3d, int64_t capacity) {
   const char* who = "train_forward_backward";
   const auto device = means.device();
   check_input(target, device, who, "target");
@@ -47,8 +49,9 @@ std::vector<at::Tensor> train_forward_backward(
   const bool per_camera = proj[6].numel() > 0;  // the projection's own rule (project_forward)
   const at::Tensor& blend = per_camera ? proj[6] : opacities;
   const bool logits = !per_camera;
-  auto bins = bin_splats(means2d, conics, blend, depths, radii, tiles, width, height, logits);
-  const at::Tensor &offsets = bins[0], &flat_ids = bins[1];
+  auto bins = bin_splats_within(means2d, conics, blend, depths, radii, tiles, width, height,
+                               logits, capacity);
+  const at::Tensor &offsets = bins[0], &flat_ids = bins[1], &count = bins[2];
   auto image = rasterize_forward(means2d, conics, feats, blend, offsets, flat_ids, width, height,
                                  backgrounds, logits);
   const at::Tensor &rgb = image[0], &depth = image[1], &alpha = image[2], &last_ids = image[3];
@@ -57,6 +60,9 @@ std::vector<at::Tensor> train_forward_backward(
   // The loss and its gradient with respect to the render (d loss / d loss = 1).
   auto loss = photometric_forward(rgb, target, pad, sigma, c1, c2, lambda, /*with_grad=*/true);
   const at::Tensor& stats = loss[0];
+  if (capacity > 0)  // a render that lacks intersections closes the step's gate
+    launch_flag_overflow(count.data_ptr<int64_t>(), capacity, stats.data_ptr<float>(),
+                         c10::cuda::getCurrentCUDAStream());
   const at::Tensor one = at::ones({}, stats.options());
   auto v_rgb = photometric_backward(rgb, target, loss[1], loss[2], loss[3], pad, sigma, lambda,
                                     one, std::nullopt, std::nullopt, std::nullopt);
@@ -77,7 +83,7 @@ std::vector<at::Tensor> train_forward_backward(
   const at::Tensor& v_opacities = per_camera ? grads[5] : raster[3];
   const at::Tensor sums = absgrad ? raster[4] : none;
   return {stats,    grads[0], grads[1],  grads[2], v_opacities, grads[3],
-          grads[4], means2d,  v_means2d, radii,    sums};
+          grads[4], means2d,  v_means2d, radii,    sums,        count};
 }
 
 }  // namespace gsnb

@@ -23,6 +23,7 @@ __all__ = [
     "adam_step",
     "applies",
     "bin_splats",
+    "bin_splats_within",
     "extension",
     "health_sums",
     "photometric_backward",
@@ -186,6 +187,28 @@ def bin_splats(
     int32, flat_ids [M] int32]``."""
     return require().bin_splats(
         means2d, conics, opacities, depths, radii, tiles, width, height, stored
+    )
+
+
+def bin_splats_within(
+    *,
+    means2d: Tensor,  # [C, N, 2]
+    conics: Tensor,  # [C, N, 3]
+    opacities: Tensor,  # [N], or [C, N] per camera
+    depths: Tensor,  # [C, N]
+    radii: Tensor,  # [C, N, 2] int32
+    tiles: Tensor,  # [C, N] int32
+    width: int,
+    height: int,
+    stored: bool,
+    capacity: int,
+) -> list[Tensor]:
+    """:func:`bin_splats` into buffers of ``capacity`` intersections, the host not waiting
+    for their count: ``[offsets, flat_ids [capacity] int32, count [1] int64]``. The unused
+    entries come first and belong to no tile; where ``count`` exceeds ``capacity`` the tiles'
+    lists lack some intersections. ``capacity=0`` sizes the buffers by the count."""
+    return require().bin_splats_within(
+        means2d, conics, opacities, depths, radii, tiles, width, height, stored, capacity
     )
 
 
@@ -413,14 +436,17 @@ def train_forward_backward(
     absgrad: bool,
     antialiased: bool = False,
     filter3d: Tensor | None = None,  # [N] the 3D filter's variances, or None
+    capacity: int = 0,
 ) -> list[Tensor]:
     """A training step's render (:func:`gsnb.render_splats`, classic or ``antialiased``,
     through the 3D filter's variances ``filter3d``, no depth), photometric loss and gradients
     in one call: ``[stats [4] (loss, L1, SSIM, MSE), v_means, v_quats, v_scales, v_opacities,
     v_sh0, v_shN, means2d [1, N, 2], v_means2d [1, N, 2], radii [1, N, 2] int32, absgrad
-    [1, N, 2] (empty unless absgrad)]``."""
+    [1, N, 2] (empty unless absgrad), count [1] int64]``: ``count`` splat-tile intersections.
+    ``capacity > 0`` bins them into buffers of that size without the host waiting for the
+    count (:func:`bin_splats_within`); where the count exceeds it, the loss is NaN."""
     return require().train_forward_backward(
         means, quats, scales, opacities, sh0, shN, viewmats, Ks, width, height, near_plane,
         far_plane, sh_degree, backgrounds, target, pad, sigma, c1, c2, lam, absgrad,
-        antialiased, filter3d,
+        antialiased, filter3d, capacity,
     )  # fmt: skip

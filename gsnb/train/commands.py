@@ -549,6 +549,8 @@ def finish_run(
         "strategy": trainer.strategy.name,
         "device": str(trainer.device),
         "skipped_steps": trainer.skipped_steps,
+        # Steps whose render had more intersections than the room made for them, run again.
+        "rebinned_steps": trainer.rebinned_steps,
         "files": {},
     }
     if trainer.device.type == "cuda":

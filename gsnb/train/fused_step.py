@@ -38,12 +38,15 @@ class StepGrads:
             (what the densification strategy reads from ``info["means2d"]``).
         radii: ``[1, N, 2]`` int32 screen radii (0 where a Gaussian is not visible).
         absgrad: ``[1, N, 2]`` absolute screen-space gradients summed per pixel, or None.
+        intersections: ``[1]`` int64 on the device, the render's splat-tile intersections
+            (above the step's ``capacity``, the render lacked some and ``stats[0]`` is NaN).
     """
 
     stats: Tensor
     means2d: Tensor
     radii: Tensor
     absgrad: Tensor | None
+    intersections: Tensor
 
 
 def applies(splats: MutableMapping[str, Tensor], target: Tensor) -> bool:
@@ -78,6 +81,7 @@ def forward_backward(
     absgrad: bool = False,
     antialiased: bool = False,
     filter3d: Tensor | None = None,
+    capacity: int = 0,
 ) -> StepGrads:
     """Render ``splats`` (as :class:`~gsnb.model.GaussianModel` stores them) from one camera,
     score the render against ``target`` and set each parameter's ``.grad``.
@@ -102,6 +106,10 @@ def forward_backward(
         absgrad: also sum the absolute screen-space gradients (AbsGS).
         antialiased: gsplat's ``rasterize_mode="antialiased"`` (Mip-Splatting's 2D filter).
         filter3d: ``[N]`` the 3D filter's variances (``Filter3D.variances``), or None.
+        capacity: 0, or the splat-tile intersections to make room for, so that the host
+            need not wait for the GPU to count them before binning; where the render has
+            more, it lacks some, and its loss (``stats[0]``) is NaN: the step's gate
+            (:func:`gsnb.train.health.gate_open`) closes and nothing learns from it.
 
     Example:
         >>> import torch
@@ -125,10 +133,11 @@ def forward_backward(
         pad=pad, sigma=SSIM_SIGMA, c1=SSIM_C1, c2=SSIM_C2, lam=float(ssim_lambda),
         absgrad=absgrad, antialiased=antialiased,
         filter3d=None if filter3d is None else filter3d.detach().float().contiguous(),
+        capacity=int(capacity),
     )  # fmt: skip
     stats, *grads = outs[:7]
-    means2d, v_means2d, radii, sums = outs[7:]
+    means2d, v_means2d, radii, sums, count = outs[7:]
     for p, g in zip(params, grads, strict=True):
         p.grad = g  # the kernels return each gradient in its parameter's shape
     means2d.grad = v_means2d
-    return StepGrads(stats, means2d, radii, sums if absgrad else None)
+    return StepGrads(stats, means2d, radii, sums if absgrad else None, count)

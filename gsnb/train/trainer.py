@@ -20,6 +20,7 @@ from gsnb.model import GaussianModel, checked_background
 from gsnb.raster import RenderResult
 from gsnb.train import batch, fused_step, regularizers
 from gsnb.train import checkpoint as ckpt
+from gsnb.train.bins import IntersectionBudget
 from gsnb.train.config import TrainConfig
 from gsnb.train.control import TrainingControl
 from gsnb.train.corrections import ViewCorrections, training_views
@@ -71,14 +72,31 @@ class _HalfStep:
     host: dict[str, float]
     skipped: bool
     info: dict[str, Any]
+    # Where the step began (the view order's and the generator's states), whether its
+    # Adam update went out gated before its numbers were read, and the intersections it
+    # made room for (0: it waited for their count): what a step that ran out of room needs
+    # to run again (Trainer._rebin).
+    order_state: dict[str, Any] = dataclasses.field(default_factory=dict)
+    gen_state: Tensor | None = None
+    early: bool = False
+    capacity: int = 0
+
+
+class _Rebin(Exception):
+    """A step's render had more splat-tile intersections than it made room for: the step
+    runs again (Trainer._train_step), with room for all of them."""
+
+    def __init__(self, half: _HalfStep) -> None:
+        super().__init__(f"step {half.step + 1} ran out of room for its intersections")
+        self.half = half
 
 
 @dataclasses.dataclass
 class _InFlight:
     """A step whose work is all launched and whose numbers are not read back yet.
 
-    ``values`` is the pinned host copy of the step's sums (health, gradient, loss), known
-    once ``ready`` has passed: the next step's wait for the GPU (binning's count) passes it.
+    ``values`` is the pinned host copy of the step's sums (health, gradient, loss and, for
+    a fused step, its count of intersections), known once ``ready`` has passed.
     """
 
     half: _HalfStep
@@ -115,6 +133,12 @@ class Trainer(TrainingControl):
     the last step of a run and a step after which an evaluation or checkpoint is due are
     read at once, and :meth:`pause`, :meth:`stop` and checkpoints read back the step in
     flight first. :meth:`step` always reads its step at once.
+
+    A fused step bins its splats into tiles without waiting for the GPU to count their
+    intersections: it makes room for what the view's last render counted, with a margin
+    (:mod:`gsnb.train.bins`). A render that needs more closes the step's gate (nothing
+    learns from it) and the step runs again, waiting for the count (``rebinned_steps``);
+    the run is the same either way.
 
     What a run holds: ``model``, ``optimizer``, ``strategy`` and its
     ``strategy_state``, ``train_images`` (the training views' images and cameras
@@ -229,7 +253,12 @@ class Trainer(TrainingControl):
         self._pending_lock = threading.Lock()
         self._init_control()
         self._committing = False
+        self._stepping = False  # inside _train_step
         self._unfinished: _HalfStep | None = None
+        # Room for each view's splat-tile intersections (gsnb.train.bins), and the steps
+        # that ran out of it and ran again.
+        self._bins = IntersectionBudget()
+        self.rebinned_steps = 0
         # Read one step behind (run and start): the step launched, not yet read back, and
         # the step count before which the loop reads every step at once (None: always).
         self._in_flight: _InFlight | None = None
@@ -321,9 +350,16 @@ class Trainer(TrainingControl):
         if flight is None:
             return
         self._in_flight = None
-        flight.ready.synchronize()  # passed already where the next step waited for binning
+        flight.ready.synchronize()
         half = flight.half
-        self._judge(half, flight.values.tolist(), early=True)
+        read = flight.values.tolist()
+        if self._overflowed(half, read):
+            if self._stepping:  # the step that reads it starts over with this one
+                raise _Rebin(half)
+            self._rebin(half)
+            self._train_step()  # read at once: _read_behind_until is None out of a step
+            return
+        self._judge(half, read, early=True)
         # Its share of the run's time: until the next step began, or until now.
         end = time.perf_counter() if self._read_behind_until is None else flight.launched
         self._count(half, flight.events, end - half.start)
@@ -358,20 +394,51 @@ class Trainer(TrainingControl):
         # An exception before the commit (Ctrl-C, a renderer error, out of memory)
         # must leave no trace, not even in the random streams, so that the run
         # stays equal to one that never saw it.
-        saved_order, saved_gen = self._order.state(), self._gen.get_state()
-        step = self._step
-        try:
-            self._train_step_unsafe()
-        except BaseException:
-            if self._step == step and not self._committing:
-                self._order.load_state(saved_order)
-                self._gen.set_state(saved_gen)
-                self.optimizer.zero_grad(set_to_none=True)
-            raise
-        finally:
-            self._committing = False
+        while True:
+            saved_order, saved_gen = self._order.state(), self._gen.get_state()
+            step = self._step
+            self._stepping = True
+            try:
+                self._train_step_unsafe(saved_order, saved_gen)
+                return
+            except BaseException as err:
+                if self._step == step and not self._committing:
+                    self._order.load_state(saved_order)
+                    self._gen.set_state(saved_gen)
+                    self.optimizer.zero_grad(set_to_none=True)
+                if not isinstance(err, _Rebin):
+                    raise
+                self._rebin(err.half)  # then that step again
+            finally:
+                self._committing = False
+                self._stepping = False
 
-    def _train_step_unsafe(self) -> None:
+    def _overflowed(self, half: _HalfStep, read: list[float]) -> bool:
+        """Record the intersections ``half``'s render counted (``read[13]``, after the
+        health sums and the loss terms, where a fused step gave them); whether there were
+        more than it made room for."""
+        if len(read) <= 13:
+            return False
+        count = int(read[13])
+        self._bins.observe(half.view, count, self.num_gaussians)
+        return 0 < half.capacity < count
+
+    def _rebin(self, half: _HalfStep) -> None:
+        """Go back to the start of ``half``'s step, whose render ran out of room for its
+        intersections, so that the next step runs it again, waiting for their count. Its
+        update was gated off on the device (the render's loss was NaN) and its strategy
+        added nothing; what is left of it on the host are Adam's step counts."""
+        if half.early:
+            self.optimizer.uncount()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._order.load_state(half.order_state)
+        if half.gen_state is not None:
+            self._gen.set_state(half.gen_state)
+        self._step = half.step
+        self._bins.forget(half.view)
+        self.rebinned_steps += 1
+
+    def _train_step_unsafe(self, order_state: dict[str, Any], gen_state: Tensor) -> None:
         start = time.perf_counter()
         cfg, step = self.config, self._step
         rates = batch.scaled_rates(
@@ -380,6 +447,7 @@ class Trainer(TrainingControl):
         set_learning_rates(self.optimizer, rates)
         group = self.process_group
         fused: fused_step.StepGrads | None = None
+        capacity = 0
         if cfg.batch_size > 1 or group is not None:  # several views per step: gsnb.train.batch
             rank, world = (0, 1) if group is None else (group.rank, group.world_size)
             ids, upcoming = batch.draw_views(self._order, cfg.batch_size, rank, world)
@@ -407,11 +475,15 @@ class Trainer(TrainingControl):
 
             info = {"width": width, "height": height, "n_cameras": 1}
             if self._fuses(idx, target):  # render, loss and backward pass in one call
+                # Room for the intersections, where the gate can discard a render that
+                # lacks some (skip_nonfinite): then binning does not wait for their count.
+                if cfg.skip_nonfinite:
+                    capacity = self._bins.capacity(idx, self.num_gaussians)
                 fused = fused_step.forward_backward(
                     self.model.splats, viewmat, K, width, height, degree, bg, target,
                     cfg.ssim_lambda, self.strategy.absgrad,
                     antialiased=cfg.rasterize_mode == "antialiased",
-                    filter3d=self._filter3d_variances(),
+                    filter3d=self._filter3d_variances(), capacity=capacity,
                 )  # fmt: skip
                 info |= {"means2d": fused.means2d, "radii": fused.radii, "absgrad": fused.absgrad}
             else:
@@ -456,7 +528,9 @@ class Trainer(TrainingControl):
             # The gradient norm comes with the health sums (a NaN/Inf gradient is counted
             # there); values[7:10] are the gradients' sum of squares and that count, and the
             # loss: the skip rule's inputs (health.signals_from_sums).
-            values = torch.cat([health_sums(self.model.splats, grads), metrics])
+            # A fused step's count of intersections comes last (exact in float64).
+            counts = [] if fused is None else [fused.intersections]
+            values = torch.cat([health_sums(self.model.splats, grads), metrics, *counts])
         # The one-launch Adam goes before the read, so that its host work overlaps the GPU's
         # backward pass; the kernel itself skips a non-finite step (the gate).
         guard = self._guard
@@ -465,11 +539,17 @@ class Trainer(TrainingControl):
             self._committing = True
             gate = values[7:10] if cfg.skip_nonfinite else None
             early = self.optimizer.launch(gate)
-            half = _HalfStep(step, start, rates, degree, idx, {}, False, info)
+            half = _HalfStep(
+                step, start, rates, degree, idx, {}, False, info,
+                order_state, gen_state, early, capacity,
+            )  # fmt: skip
             if self._reads_behind(step, early, fused is not None):
                 info["gate"] = gate  # the strategy adds nothing on a step the gate closes
                 return self._densify_and_count(half, values)
-            self._judge(half, values.tolist(), early)  # the step's one host sync
+            read = values.tolist()  # the step's one host sync
+            if self._overflowed(half, read):
+                raise _Rebin(half)
+            self._judge(half, read, early)
             if not half.skipped:
                 if not early:
                     self.optimizer.update()
@@ -481,7 +561,7 @@ class Trainer(TrainingControl):
         then loss, L1, SSIM, MSE) and decide whether it is skipped (a non-finite loss or
         gradient, with ``skip_nonfinite``); a skipped step's gated update (``early``) gives
         its Adam step counts back."""
-        host = dict(zip(("loss", "l1", "ssim", "mse"), read[9:], strict=True))
+        host = dict(zip(("loss", "l1", "ssim", "mse"), read[9:13], strict=True))
         host["psnr"] = psnr_from_mse(host["mse"])
         host |= signals_from_sums(read[:9], self.num_gaussians, self.extent)
         half.host = host
@@ -1029,6 +1109,7 @@ class Trainer(TrainingControl):
         self._step = state.step
         self._memory.forget_peak()
         state.restore_random(self._order, self._gen)
+        self._bins.forget()
         self.skipped_steps = state.skipped_steps
         self.train_seconds = state.seconds
         self.leg_start_step = state.step

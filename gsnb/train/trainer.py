@@ -359,7 +359,7 @@ class Trainer(TrainingControl):
             self._rebin(half)
             self._train_step()  # read at once: _read_behind_until is None out of a step
             return
-        self._judge(half, read, early=True)
+        self._judge(half, read)
         # Its share of the run's time: until the next step began, or until now.
         end = time.perf_counter() if self._read_behind_until is None else flight.launched
         self._count(half, flight.events, end - half.start)
@@ -549,17 +549,17 @@ class Trainer(TrainingControl):
             read = values.tolist()  # the step's one host sync
             if self._overflowed(half, read):
                 raise _Rebin(half)
-            self._judge(half, read, early)
+            self._judge(half, read)
             if not half.skipped:
                 if not early:
                     self.optimizer.update()
                 self.corrections.step(step)
             return self._densify_and_count(half)
 
-    def _judge(self, half: _HalfStep, read: list[float], early: bool) -> None:
+    def _judge(self, half: _HalfStep, read: list[float]) -> None:
         """Finish ``half``'s numbers from its sums read back (``read``: the health sums,
         then loss, L1, SSIM, MSE) and decide whether it is skipped (a non-finite loss or
-        gradient, with ``skip_nonfinite``); a skipped step's gated update (``early``) gives
+        gradient, with ``skip_nonfinite``); a skipped step's gated update (``half.early``) gives
         its Adam step counts back."""
         host = dict(zip(("loss", "l1", "ssim", "mse"), read[9:13], strict=True))
         host["psnr"] = psnr_from_mse(host["mse"])
@@ -568,7 +568,7 @@ class Trainer(TrainingControl):
         ok = math.isfinite(host["loss"]) and host["grads_finite"] > 0.5
         half.skipped = not ok and self.config.skip_nonfinite
         if half.skipped:
-            if early:  # the kernel skipped it: Adam's step counts go back
+            if half.early:  # the kernel skipped it: Adam's step counts go back
                 self.optimizer.uncount()
             self.skipped_steps += 1
 
@@ -615,7 +615,7 @@ class Trainer(TrainingControl):
                     self.optimizer.zero_grad(set_to_none=True)
                     if values is not None:  # read now: the retry needs the step's numbers
                         half.info.pop("gate", None)
-                        self._judge(half, values.tolist(), early=True)
+                        self._judge(half, values.tolist())
                     self._unfinished = half
                     if isinstance(err, torch.cuda.OutOfMemoryError):
                         torch.cuda.empty_cache()

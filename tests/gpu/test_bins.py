@@ -69,22 +69,21 @@ def test_larger_buffers_render_the_same(cuda_ext, monkeypatch, segments):
     assert max(errors.values()) < GRAD_TOL, errors
 
 
-def test_a_count_above_the_capacity_is_reported(cuda_ext):
+def test_a_count_above_the_capacity_is_reported(cuda_ext, monkeypatch):
     g, viewmats, Ks = scene(3000, 64, 48, 1, seed=1)
-    out = gsnb.render_splats(stored(g), viewmats, Ks, 64, 48, sh_degree=3, check_values=False)
+    inputs_, out = binning_inputs(monkeypatch, g, viewmats, Ks, 64, 48)
     assert out.rgb.isfinite().all()
-    _, exact, count = kernels.bin_splats_within(**binning_inputs(g, viewmats, Ks), capacity=0)
+    _, exact, count = kernels.bin_splats_within(**inputs_, capacity=0)
     m = exact.numel()
     assert int(count) == m > 100
-    offsets, flat_ids, count = kernels.bin_splats_within(
-        **binning_inputs(g, viewmats, Ks), capacity=m // 2
-    )
+    offsets, flat_ids, count = kernels.bin_splats_within(**inputs_, capacity=m // 2)
     assert int(count) == m and flat_ids.numel() == m // 2
     assert int(offsets.max()) <= m // 2  # the lists stay inside the buffer
 
 
-def binning_inputs(g, viewmats, Ks):
-    """bin_splats' arguments for these Gaussians, from the renderer's own projection."""
+def binning_inputs(monkeypatch, g, viewmats, Ks, width, height):
+    """bin_splats' arguments for these Gaussians, from the renderer's own projection, and
+    the render."""
     captured = {}
     real = kernels.bin_splats
 
@@ -92,12 +91,12 @@ def binning_inputs(g, viewmats, Ks):
         captured.update(kw)
         return real(**kw)
 
-    kernels.bin_splats = grab
-    try:
-        gsnb.render_splats(stored(g), viewmats, Ks, 64, 48, sh_degree=3, check_values=False)
-    finally:
-        kernels.bin_splats = real
-    return captured
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "bin_splats", grab)
+        out = gsnb.render_splats(
+            stored(g), viewmats, Ks, width, height, sh_degree=3, check_values=False
+        )
+    return captured, out
 
 
 @pytest.mark.parametrize("extra", [0, 1, 5000])

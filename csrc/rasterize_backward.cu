@@ -15,9 +15,15 @@ namespace gsnb {
 namespace {
 
 // Per splat of a batch, the block's summed gradients: means2d x y, conic a b c, the CH
-// features, opacity, |means2d| x y; one padded row of 13 per splat.
+// features, opacity and, with ABS, |means2d| x y; one padded row of 13 per splat.
 constexpr int kGradSlots = 12;
 constexpr int kGradStride = 13;
+
+// The number of those values: 9 to 12.
+template <int CH, bool ABS>
+constexpr int grad_values() {
+  return ABS ? 8 + CH : 6 + CH;
+}
 
 // Each thread shades ROWS (rasterize_rows: 2, or 1 for grids too small to fill the GPU)
 // vertically adjacent pixels of its tile's column, so a warp covers a 16 x (2 ROWS) patch
@@ -38,7 +44,7 @@ struct PixelBack {
 
 // Adds the gradients that pixel `q` gives the staged splat (geo, bo, feat), which `hit`
 // found to contribute there, to v (the warp-summed slots of kGradSlots' layout).
-template <int CH>
+template <int CH, bool ABS>
 __device__ __forceinline__ void add_pixel_grads(PixelBack<CH>& q, const SplatAlpha& hit,
                                                 float4 geo, float2 bo, const float4& feat,
                                                 float (&v)[16]) {
@@ -65,8 +71,10 @@ __device__ __forceinline__ void add_pixel_grads(PixelBack<CH>& q, const SplatAlp
     v[2] += 0.5f * v_sigma * dx * dx;
     v[3] += v_sigma * dx * dy;
     v[4] += 0.5f * v_sigma * dy * dy;
-    v[6 + CH] += fabsf(vx);
-    v[7 + CH] += fabsf(vy);
+    if (ABS) {
+      v[6 + CH] += fabsf(vx);
+      v[7 + CH] += fabsf(vy);
+    }
   }
 }
 
@@ -116,8 +124,9 @@ __device__ __forceinline__ void find_unknown_ends(
 }
 
 // A (kTile, kTile / ROWS) block per (camera, tile); thread (x, y) shades the tile's
-// column x in rows ROWS y .. ROWS y + ROWS - 1.
-template <int CH, int ROWS>
+// column x in rows ROWS y .. ROWS y + ROWS - 1. ABS: v_means2d_abs is given (AbsGS); the
+// warp sums then carry two more values.
+template <int CH, int ROWS, bool ABS>
 __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
     int num_cams, int num_opacities, int width, int height, int tiles_x, int tiles_y, int m,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
@@ -233,7 +242,9 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
   __syncthreads();
   const int block_end = s_last;
 
-  const int slot = lane >> 1;
+  // The value of a splat's gradients whose warp total this lane holds (or -1), and so adds.
+  constexpr int kValues = grad_values<CH, ABS>();
+  const int slot = warp_sum_slot<kValues>(lane);
   for (int top = block_end; top > lo; top -= kThreads) {
     __syncthreads();
     const int k = top - 1 - tr;
@@ -263,11 +274,11 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
       for (int s2 = 0; s2 < 16; ++s2) v[s2] = 0.f;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r)
-        if (valid[r]) add_pixel_grads<CH>(px[r], hit[r], geo, bo, s_feat[t], v);
+        if (valid[r]) add_pixel_grads<CH, ABS>(px[r], hit[r], geo, bo, s_feat[t], v);
       // Warp sum, then one shared-memory atomic per value: the block's warps meet there
       // and the batch is flushed to global memory once, below.
-      const float total = warp_sum16(v, lane);
-      if ((lane & 1) == 0 && slot < 8 + CH && total != 0.f)
+      const float total = warp_sum_values<kValues>(v, lane);
+      if ((lane & 1) == 0 && slot >= 0 && total != 0.f)
         atomicAdd(&s_grad[t * kGradStride + slot], total);
     }
     __syncthreads();
@@ -283,17 +294,16 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
 #pragma unroll
       for (int ch = 0; ch < CH; ++ch) dst[5 + ch] = v_feats + (int64_t)g * CH + ch;
       dst[5 + CH] = v_opacities + g % num_opacities;
-      if (v_means2d_abs != nullptr) {
+      if (ABS) {
         dst[6 + CH] = v_means2d_abs + (int64_t)g * 2;
         dst[7 + CH] = dst[6 + CH] + 1;
       }
-      const int used = v_means2d_abs != nullptr ? 8 + CH : 6 + CH;
       // A stored logit: d sigmoid(v) / dv = o (1 - o).
       const float o = s_bo[tr].y;
       const float chain = stored ? o * (1.f - o) : 1.f;
 #pragma unroll
-      for (int s2 = 0; s2 < 8 + CH; ++s2)
-        if (s2 < used && row[s2] != 0.f)
+      for (int s2 = 0; s2 < kValues; ++s2)
+        if (row[s2] != 0.f)
           atomicAdd(dst[s2], s2 == 5 + CH ? row[s2] * chain : row[s2]);
     }
   }
@@ -312,7 +322,9 @@ void launch_rows(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
   const dim3 grid = seg_starts != nullptr ? dim3((unsigned)num_segments)
                                           : dim3(tiles_x, tiles_y, c);
   const dim3 block(kTile, kTile / ROWS);
-  rasterize_backward_kernel<CH, ROWS><<<grid, block, 0, stream>>>(
+  const auto kernel = v_abs != nullptr ? rasterize_backward_kernel<CH, ROWS, true>
+                                       : rasterize_backward_kernel<CH, ROWS, false>;
+  kernel<<<grid, block, 0, stream>>>(
       c, n, width, height, tiles_x, tiles_y, m, reinterpret_cast<const float2*>(means2d),
       reinterpret_cast<const float3*>(conics), feats, opacities, stored, offsets, flat_ids,
       alpha, depth, last_ids, background, v_rgb, v_depth, v_alpha, v_means2d, v_conics,

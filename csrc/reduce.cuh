@@ -45,27 +45,54 @@ __device__ __forceinline__ T warp_all_reduce(T v, Op op) {
   return v;
 }
 
-// One step of a recursive-halving warp sum: lanes exchange half of their HALF * 2 partial
-// sums with the lane 2 * HALF away and keep the other half.
-template <int HALF>
-__device__ __forceinline__ void halve(float (&v)[16], int lane) {
-  const bool up = lane & (2 * HALF);
+// One step of a recursive-halving warp sum of K partial sums: lanes exchange values with
+// the lane `mask` away; the lower lane keeps the first ceil(K / 2), the upper one the rest
+// (zero-padded to as many), each adding its partner's copy of what it keeps.
+template <int K>
+__device__ __forceinline__ void halve(float (&v)[16], int lane, int mask) {
+  constexpr int kKeep = (K + 1) / 2;
+  const bool up = lane & mask;
 #pragma unroll
-  for (int i = 0; i < HALF; ++i) {
-    const float send = up ? v[i] : v[i + HALF];
-    const float keep = up ? v[i + HALF] : v[i];
-    v[i] = keep + __shfl_xor_sync(kFullMask, send, 2 * HALF);
+  for (int i = 0; i < kKeep; ++i) {
+    const float lo = v[i];
+    const float hi = i + kKeep < K ? v[i + kKeep] : 0.f;
+    v[i] = (up ? hi : lo) + __shfl_xor_sync(kFullMask, up ? lo : hi, mask);
   }
 }
 
-// Sums 16 values over the warp with 16 shuffles instead of 16 x 5: afterwards lane l
-// holds the warp total of value (l >> 1) & 15.
-__device__ __forceinline__ float warp_sum16(float (&v)[16], int lane) {
-  halve<8>(v, lane);
-  halve<4>(v, lane);
-  halve<2>(v, lane);
-  halve<1>(v, lane);
+// Sums values 0 .. K-1 (K <= 16) of v over the warp by recursive halving: ceil(K / 2) +
+// ceil(K / 4) + ... shuffles (16 for K = 16, 12 for K = 9) instead of 5 K. Afterwards both
+// lanes 2 p and 2 p + 1 hold the warp total of value warp_sum_slot<K>(2 p) (none where that
+// is -1; those lanes hold 0).
+template <int K>
+__device__ __forceinline__ float warp_sum_values(float (&v)[16], int lane) {
+  static_assert(K >= 1 && K <= 16, "at most 16 values");
+  constexpr int K1 = (K + 1) / 2, K2 = (K1 + 1) / 2, K3 = (K2 + 1) / 2;
+  halve<K>(v, lane, 16);
+  halve<K1>(v, lane, 8);
+  halve<K2>(v, lane, 4);
+  halve<K3>(v, lane, 2);
   return v[0] + __shfl_xor_sync(kFullMask, v[0], 1);
+}
+
+// Which value's total lane `lane` holds after warp_sum_values<K>, or -1: the upper lane of
+// each halving takes the values from ceil(count / 2) on, and a lane whose share ran out of
+// values holds padding.
+template <int K>
+__device__ __forceinline__ int warp_sum_slot(int lane) {
+  int count = K, real = K, slot = 0;
+#pragma unroll
+  for (int mask = 16; mask > 1; mask >>= 1) {
+    const int keep = (count + 1) / 2;
+    if (lane & mask) {
+      slot += keep;
+      real = max(0, real - keep);
+    } else {
+      real = min(real, keep);
+    }
+    count = keep;
+  }
+  return real >= 1 ? slot : -1;
 }
 
 // K values per thread folded over a block of THREADS threads (tid its flat thread index);

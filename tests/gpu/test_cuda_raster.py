@@ -420,6 +420,47 @@ def test_thin_tilted_splats_pixel_by_pixel(cuda_ext):
     assert float((out_c.rgb - out_r.rgb).abs().max()) < 5e-3
 
 
+def test_faint_long_splats_reach_every_row_they_touch(cuda_ext):
+    # A warp skips a splat whose reach in y (where its alpha can pass 1/255: from its opacity
+    # and conic) misses the warp's pixel rows. Faint and opaque splats, long and thin at
+    # every angle, so that the reach runs from a pixel to tens: a reach cut short drops the
+    # splat's outer pixels, whose alpha lies well above the 1/255 at which float32 and
+    # float64 may round a pixel either way.
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    n, size = 300, 96
+    z = 2.0 + torch.rand(n, generator=gen, device="cuda")
+    uv = torch.rand(n, 2, generator=gen, device="cuda") * size
+    sigma_px = torch.stack(
+        [
+            0.5 + 20.0 * torch.rand(n, generator=gen, device="cuda"),
+            0.3 + 1.0 * torch.rand(n, generator=gen, device="cuda"),
+            torch.full((n,), 0.5, device="cuda"),
+        ],
+        1,
+    )
+    angle = torch.rand(n, generator=gen, device="cuda") * torch.pi
+    zeros = torch.zeros_like(angle)
+    quats = torch.stack([torch.cos(angle / 2), zeros, zeros, torch.sin(angle / 2)], 1)
+    means, scales, viewmats, Ks = facing(uv, z, sigma_px, size)
+    opacities = torch.where(
+        torch.rand(n, generator=gen, device="cuda") < 0.5,
+        (1.2 + 4.0 * torch.rand(n, generator=gen, device="cuda")) / 255.0,  # faint
+        0.2 + 0.79 * torch.rand(n, generator=gen, device="cuda"),
+    )
+    g = {
+        "means": means,
+        "quats": quats,
+        "scales": scales,
+        "opacities": opacities,
+        "colors": torch.ones(n, 3, device="cuda"),
+    }
+    errors, out_c, out_r = compare(g, viewmats, Ks, size, size)
+    check(errors)
+    off = (out_c.alpha - out_r.alpha).abs()
+    assert float(off.max()) < 5e-3
+    assert float((off > 1e-4).float().mean()) < 2e-3
+
+
 def test_tiny_and_degenerate_scales(cuda_ext):
     g, viewmats, Ks = scene(2000, 120, 80, 1, seed=5)
     g["scales"][:500] = 1e-8

@@ -14,8 +14,13 @@
 namespace gsnb {
 namespace {
 
-// Per splat of a batch, the block's summed gradients: means2d x y, conic a b c, the CH
-// features, opacity and, with ABS, |means2d| x y; one padded row of 13 per splat.
+// Per splat of a batch, the block's sums over its pixels, one padded row of 13 per splat:
+// five moments of the splat's geometry gradient, the CH features' gradients, the opacity's
+// and, with ABS, |means2d|'s x y over the opacity. Per pixel, with u = d loss / d opacity
+// (vis times d loss / d alpha) and d = pixel centre - mean: u dx, u dy, u dx dx, u dx dy,
+// u dy dy. Where alpha = opacity vis, d loss / d sigma = -opacity u, so the means' and the
+// conic's gradients are those moments times the splat's opacity and conic, applied once per
+// splat where the block's sums of a batch go out instead of once per pixel.
 constexpr int kGradSlots = 12;
 constexpr int kGradStride = 13;
 
@@ -39,7 +44,8 @@ struct PixelBack {
   float T_final;   // transmittance behind all of them
   float v_a;       // the loss's gradient of the pixel's alpha, background and depth included
   float v_out[CH];
-  float behind[CH];  // sum of w f of the splats behind the current one
+  float tv;        // T_final v_a
+  float behind;    // sum over the channels of v_out times the w f of the splats behind
 };
 
 // Adds the gradients that pixel `q` gives the staged splat (geo, bo, feat), which `hit`
@@ -48,32 +54,32 @@ template <int CH, bool ABS>
 __device__ __forceinline__ void add_pixel_grads(PixelBack<CH>& q, const SplatAlpha& hit,
                                                 float4 geo, float2 bo, const float4& feat,
                                                 float (&v)[16]) {
-  const float alpha = hit.alpha, dx = hit.dx, dy = hit.dy;
+  const float alpha = hit.alpha;
   const float ra = 1.f / (1.f - alpha);
   q.T *= ra;
   const float w = alpha * q.T;
-  float v_alpha = q.T_final * ra * q.v_a;
+  float fv = 0.f;  // sum over the channels of f v_out
 #pragma unroll
   for (int ch = 0; ch < CH; ++ch) {
-    const float f = feat_at(feat, ch);
     v[5 + ch] += w * q.v_out[ch];
-    v_alpha += (f * q.T - q.behind[ch] * ra) * q.v_out[ch];
-    q.behind[ch] += w * f;
+    fv += feat_at(feat, ch) * q.v_out[ch];
   }
+  // d loss / d alpha = T_final ra v_a + sum over the channels of (f T - behind ra) v_out.
+  const float v_alpha = fv * q.T + ra * (q.tv - q.behind);
+  q.behind += w * fv;
   // Past the clamp alpha is the constant kAlphaMax: no gradient into the splat.
   if (hit.raw <= kAlphaMax) {
-    v[5 + CH] += hit.vis * v_alpha;
-    const float v_sigma = -alpha * v_alpha;
-    const float vx = -v_sigma * (geo.z * dx + bo.x * dy);
-    const float vy = -v_sigma * (bo.x * dx + geo.w * dy);
-    v[0] += vx;
-    v[1] += vy;
-    v[2] += 0.5f * v_sigma * dx * dx;
-    v[3] += v_sigma * dx * dy;
-    v[4] += 0.5f * v_sigma * dy * dy;
-    if (ABS) {
-      v[6 + CH] += fabsf(vx);
-      v[7 + CH] += fabsf(vy);
+    const float u = hit.vis * v_alpha;
+    const float ux = u * hit.dx, uy = u * hit.dy;
+    v[0] += ux;
+    v[1] += uy;
+    v[2] += ux * hit.dx;
+    v[3] += ux * hit.dy;
+    v[4] += uy * hit.dy;
+    v[5 + CH] += u;
+    if (ABS) {  // the pixel's |d loss / d means2d| over the opacity
+      v[6 + CH] += fabsf(geo.z * ux + bo.x * uy);
+      v[7 + CH] += fabsf(bo.x * ux + geo.w * uy);
     }
   }
 }
@@ -209,8 +215,8 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
       q.v_out[CH - 1] = vd / a;
       if (alpha_out >= kDepthAlphaMin) q.v_a -= vd * (inside ? out_depth[pix] : 0.f) / a;
     }
-#pragma unroll
-    for (int ch = 0; ch < CH; ++ch) q.behind[ch] = 0.f;
+    q.tv = q.T_final * q.v_a;
+    q.behind = 0.f;
   }
 
   if (__syncthreads_or(any_unknown))  // rare: a walk past 65534 splats of the tile
@@ -224,8 +230,9 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
       // The walk goes on past the segment: it enters it from hi with the recorded state.
       const int at = (threadIdx.y * ROWS + r) * kTile + threadIdx.x;  // the forward's thread
       q.T = state[at];
+      q.behind = 0.f;
 #pragma unroll
-      for (int ch = 0; ch < CH; ++ch) q.behind[ch] = state[(1 + ch) * kBlock + at];
+      for (int ch = 0; ch < CH; ++ch) q.behind += state[(1 + ch) * kBlock + at] * q.v_out[ch];
       q.last = hi;
     }
   }
@@ -298,13 +305,26 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
         dst[6 + CH] = v_means2d_abs + (int64_t)g * 2;
         dst[7 + CH] = dst[6 + CH] + 1;
       }
-      // A stored logit: d sigmoid(v) / dv = o (1 - o).
-      const float o = s_bo[tr].y;
-      const float chain = stored ? o * (1.f - o) : 1.f;
+      // The moments times the splat's opacity and conic (the layout above); a stored logit:
+      // d sigmoid(v) / dv = o (1 - o).
+      const float4 geo = s_geo[tr];
+      const float o = s_bo[tr].y, b = s_bo[tr].x;
+      float grad[kGradSlots];
+      grad[0] = o * (geo.z * row[0] + b * row[1]);
+      grad[1] = o * (b * row[0] + geo.w * row[1]);
+      grad[2] = -0.5f * o * row[2];
+      grad[3] = -o * row[3];
+      grad[4] = -0.5f * o * row[4];
+#pragma unroll
+      for (int ch = 0; ch < CH; ++ch) grad[5 + ch] = row[5 + ch];
+      grad[5 + CH] = stored ? row[5 + CH] * o * (1.f - o) : row[5 + CH];
+      if (ABS) {
+        grad[6 + CH] = o * row[6 + CH];
+        grad[7 + CH] = o * row[7 + CH];
+      }
 #pragma unroll
       for (int s2 = 0; s2 < kValues; ++s2)
-        if (row[s2] != 0.f)
-          atomicAdd(dst[s2], s2 == 5 + CH ? row[s2] * chain : row[s2]);
+        if (grad[s2] != 0.f) atomicAdd(dst[s2], grad[s2]);
     }
   }
 }

@@ -561,6 +561,9 @@ def finish_run(
         report["processes"] = len(peaks)
         if all(p is not None for p in peaks):
             report["peak_gpu_memory_gib_per_process"] = [round(p / 2**30, 3) for p in peaks]
+    if trainer.last_checkpoint is not None:
+        # Inside the loop's wall time when the run wrote it as it stopped (timings.training).
+        report["last_checkpoint_seconds"] = round(trainer.checkpoint_seconds, 3)
     if trainer.dataset.test_ids:
         result = trainer.evaluate()
         report["test"] = {

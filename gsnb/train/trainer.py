@@ -272,7 +272,8 @@ class Trainer(TrainingControl):
         self.leg_start_step = 0
         self.leg_start_seconds = 0.0
         self._since_checkpoint = 0.0
-        self._write_seconds = 0.0
+        # Seconds the last checkpoint took to write (0.0 before the first): sets their interval.
+        self.checkpoint_seconds = 0.0
         width, height = self.train_images.max_size
         self._memory = MemoryWatch(self.device, width, height, self.train_images.nbytes)
         self._memory.check(self.num_gaussians, self.model.sh_degree)
@@ -713,7 +714,7 @@ class Trainer(TrainingControl):
         if not cfg.checkpoint_minutes:
             return False
         # Writing may take at most 2% of the training time.
-        interval = max(60.0 * cfg.checkpoint_minutes, 50.0 * self._write_seconds)
+        interval = max(60.0 * cfg.checkpoint_minutes, 50.0 * self.checkpoint_seconds)
         return self._since_checkpoint >= interval
 
     def _call(self, callback: Callable[[Any], Any], value: Any) -> None:
@@ -1055,7 +1056,7 @@ class Trainer(TrainingControl):
                 written = ckpt.write_checkpoint(path, payload)
             self.last_checkpoint = (written, payload["step"])
             self._since_checkpoint = 0.0
-            self._write_seconds = time.perf_counter() - started
+            self.checkpoint_seconds = time.perf_counter() - started
         return written
 
     @classmethod

@@ -363,7 +363,7 @@ def test_checkpoints_come_by_time_by_default_and_the_newest_few_are_kept(
     trainer.step()
     assert read_checkpoint(out / "checkpoint.pt")["step"] == 1  # the time was up
     # A write that took long stretches the interval: writing stays under 2% of the time.
-    trainer._write_seconds = 1e6
+    trainer.checkpoint_seconds = 1e6
     trainer.step()
     assert read_checkpoint(out / "checkpoint.pt")["step"] == 1
     trainer.set(checkpoint_every=1, keep_checkpoints=2)

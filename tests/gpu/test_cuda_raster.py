@@ -421,11 +421,11 @@ def test_thin_tilted_splats_pixel_by_pixel(cuda_ext):
 
 
 def test_faint_long_splats_reach_every_row_they_touch(cuda_ext):
-    # A warp skips a splat whose reach in y (where its alpha can pass 1/255: from its opacity
-    # and conic) misses the warp's pixel rows. Faint and opaque splats, long and thin at
-    # every angle, so that the reach runs from a pixel to tens: a reach cut short drops the
-    # splat's outer pixels, whose alpha lies well above the 1/255 at which float32 and
-    # float64 may round a pixel either way.
+    # Faint and opaque splats, long and thin at every angle, whose reach (where alpha passes
+    # 1/255, from the opacity and conic) runs from a pixel to tens: the backward's per-splat
+    # moments and the forward's walk must cover every pixel the reference does. A reach cut
+    # short drops the splat's outer pixels, whose alpha lies well above the 1/255 at which
+    # float32 and float64 may round a pixel either way.
     gen = torch.Generator(device="cuda").manual_seed(31)
     n, size = 300, 96
     z = 2.0 + torch.rand(n, generator=gen, device="cuda")

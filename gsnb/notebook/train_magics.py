@@ -101,12 +101,15 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
             )
     from gsnb.train.commands import claim_folder, preflight, resume_run
     from gsnb.train.rundir import RunFolder
+    from gsnb.train.warm import start_warming
 
     previous = namespace.get(args.name)
     if isinstance(previous, Trainer) and previous.run_folder is not None and not previous.running:
         previous.run_folder.release()  # the variable is about to hold the new run
     config = train_config(args, path)
     strategy = None if args.resume else strategy_from_args(args)  # refused before any loading
+    # as gsnb train: the first refine step's kernels load while the photos decode
+    warming = start_warming(config.device)
     if dataset is None and not args.resume:
         dataset = load_dataset(
             path,
@@ -114,6 +117,8 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
             test_every=config.test_every,
             cache_dir=config.cache_dir,
         )
+    if warming is not None:
+        warming.join()
     folder = RunFolder(args.out) if args.out else None
     try:
         if folder is not None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from gsnb.train.interrupts import InterruptGuard
+from gsnb.utils.collector import frozen_heap
 
 if TYPE_CHECKING:
     from gsnb.train.metrics import StepMetrics
@@ -120,7 +121,7 @@ class TrainingControl:
         last = None
         self._status = "running"
         try:
-            with guard.installed(), self._guarded(guard):
+            with guard.installed(), self._guarded(guard), frozen_heap():
                 while (
                     self._step < end() and not self._stop.is_set() and not self._interrupted(guard)
                 ):
@@ -190,6 +191,10 @@ class TrainingControl:
         self._thread.start()
 
     def _loop(self, end: Callable[[], int]) -> None:
+        with frozen_heap():  # no full collections over the objects that were there before
+            self._loop_frozen(end)
+
+    def _loop_frozen(self, end: Callable[[], int]) -> None:
         try:
             while not self._stop.is_set() and self._step < end():
                 if self._pause.is_set():

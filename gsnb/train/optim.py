@@ -50,9 +50,10 @@ def learning_rates(config: TrainConfig, step: int, extent: float) -> dict[str, f
 class Adam(torch.optim.Adam):
     """:class:`torch.optim.Adam` that starts without importing ``torch._dynamo``.
 
-    torch wraps ``add_param_group``, ``state_dict`` and ``load_state_dict`` in a lazy
-    ``torch._dynamo.disable``, and ``step`` in graph breaks for ``torch.compile``; the first
-    call of each imports ``torch._dynamo``: more than a second of a run's start-up. gsnb
+    torch wraps ``add_param_group``, ``zero_grad``, ``state_dict`` and ``load_state_dict`` in
+    a lazy ``torch._dynamo.disable``, and ``step`` in graph breaks for ``torch.compile``; the
+    first call of each imports ``torch._dynamo``: one to five seconds, at a run's start-up or
+    (``zero_grad``) in the middle of a run, the first time a step is taken back. gsnb
     never compiles its optimizers, so these call the wrapped functions directly
     (``inspect.unwrap``); everything else is torch's.
 
@@ -74,6 +75,10 @@ class Adam(torch.optim.Adam):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a parameter group (:meth:`torch.optim.Optimizer.add_param_group`)."""
         inspect.unwrap(torch.optim.Optimizer.add_param_group)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients (:meth:`torch.optim.Optimizer.zero_grad`)."""
+        inspect.unwrap(torch.optim.Optimizer.zero_grad)(self, set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state (:meth:`torch.optim.Optimizer.state_dict`)."""

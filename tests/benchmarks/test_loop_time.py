@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,8 @@ def test_parts_add_up_to_the_loop_and_hold_the_final_checkpoint(tmp_path, monkey
     assert 0 < r["final_checkpoint_write_s"] <= r["after_last_s"]
     assert (out / "run" / "checkpoint.pt").is_file()
     assert len(r["largest_gaps"]) == 5  # six steps delivered: five gaps between them
+    assert all("host_stacks" in g and g["rebinned_before"] >= 0 for g in r["largest_gaps"])
+    assert r["gc_seconds"] >= 0 and r["rebinned_steps"] >= 0
 
 
 def test_gaps_are_measured_between_deliveries():
@@ -40,3 +44,26 @@ def test_gaps_are_measured_between_deliveries():
     assert r["unclocked_between_s"] == pytest.approx(0.1 + 1.2)
     assert r["unclocked_at_refine_steps_s"] == pytest.approx(1.2)
     assert [g["step"] for g in r["largest_gaps"]] == [3, 2]
+
+
+def test_watcher_samples_the_main_thread_only_while_no_step_comes():
+    watcher = loop_time.StallWatcher(stall=0.02, every=0.002)
+    now = time.perf_counter()
+    watcher.start(now)
+    watcher.delivered(time.perf_counter())  # delivery 0 came at once
+    time.sleep(0.1)  # then nothing for 100 ms: delivery 1 is waited for
+    watcher.stop()
+    assert 0 not in watcher.samples
+    top = watcher.top(1)
+    assert top and "test_watcher_samples" in top[0]["stack"]
+
+
+def test_gc_clock_times_collections_and_keeps_the_slow_ones():
+    clock = loop_time.GcClock(long=0.0, where=lambda: 7)
+    gc.callbacks.append(clock)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(clock)
+    assert clock.collections >= 1 and clock.seconds >= clock.longest > 0
+    assert clock.slow[-1]["generation"] == 2 and clock.slow[-1]["step"] == 7

@@ -210,3 +210,18 @@ def test_other_threads_get_the_lock_between_steps(make_scene) -> None:
     # Served after the step in flight (counted in steps, not seconds: a slow machine's steps
     # are slow too); a starved render would wait for many steps.
     assert max(steps_during) <= 2, steps_during
+
+
+def test_the_heap_is_frozen_while_a_loop_trains_and_given_back_after(make_scene) -> None:
+    """Full collections skip the objects that existed before a loop (gsnb.utils.collector)."""
+    import gc
+
+    gc.unfreeze()
+    seen: list[int] = []
+    trainer = Trainer(make_scene(), TrainConfig(steps=3))
+    trainer.on_step(lambda m: seen.append(gc.get_freeze_count()))
+    trainer.run()
+    trainer.start(2)
+    wait_for(lambda: not trainer.running)
+    assert len(seen) == 5 and min(seen) > 0
+    assert gc.get_freeze_count() == 0

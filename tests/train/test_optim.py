@@ -70,7 +70,8 @@ def test_the_one_launch_adam_takes_only_float32_host_step_states() -> None:
 
 def test_a_trainer_starts_steps_and_saves_without_importing_torch_dynamo(tmp_path) -> None:
     """torch's optimizers import torch._dynamo (over a second) on their first add_param_group,
-    step or state_dict; a trainer's optimizers (Gaussians, exposures, poses) do not."""
+    step, zero_grad or state_dict; a trainer's optimizers (Gaussians, exposures, poses) do
+    not, nor does a step taken back (a rebin or an out-of-memory error clears the gradients)."""
     import subprocess
     import sys
 
@@ -88,6 +89,10 @@ state = trainer.optimizer.state_dict()
 trainer.optimizer.load_state_dict(state)
 corrections = trainer.corrections.state_dict()
 trainer.corrections.load_state_dict(corrections)
+trainer.optimizer.zero_grad(set_to_none=True)
+trainer.optimizer.zero_grad(set_to_none=False)
+trainer.corrections.exposure.optimizer.zero_grad()
+trainer.corrections.poses.optimizer.zero_grad()
 print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))
 """
     done = subprocess.run(

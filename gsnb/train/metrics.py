@@ -64,5 +64,13 @@ class StepMetrics:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain types, for JSON and dataframes."""
-        return dataclasses.asdict(self)
+        """Plain types, for JSON and dataframes: :func:`dataclasses.asdict`'s result, built
+        field by field (``asdict`` deep-copies every value: writing a 30,000-step run's
+        ``metrics.jsonl`` took a second with it)."""
+        out = {name: getattr(self, name) for name in _FIELDS}
+        out["events"] = dict(self.events)
+        out["warnings"] = list(self.warnings)
+        return out
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(StepMetrics))

@@ -60,3 +60,26 @@ def test_fused_training_matches_plain_pytorch(cuda_ext, tmp_path, monkeypatch):
     assert float((grad2d[0] - grad2d[1]).norm() / grad2d[1].norm()) < 1e-3
     last = dataclasses.asdict(fused.history[-1])
     assert all(math.isfinite(v) for v in last.values() if isinstance(v, float))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_peak_allocated_is_max_memory_allocated_without_garbage() -> None:
+    """torch's max_memory_allocated leaves a reference cycle per call (see peak_allocated)."""
+    import gc
+
+    from gsnb.train.memory import peak_allocated
+
+    device = torch.device("cuda")
+    held = torch.empty(3_000_000, device=device)
+    assert peak_allocated(device) == torch.cuda.max_memory_allocated(device) > 0
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(20):
+            peak_allocated(device)
+        assert gc.collect() == 0  # nothing for the collector: no cycle was left
+        torch.cuda.max_memory_allocated(device)
+        assert gc.collect() > 0  # what this avoids
+    finally:
+        gc.enable()
+    del held

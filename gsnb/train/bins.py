@@ -29,6 +29,10 @@ class IntersectionBudget:
         margin: the room over the last count, as a factor (growth between two renders of
             a view: the Gaussians move and grow in between).
         slack: intersections added on top, for views with few of them.
+        keep: the share of a view's earlier count that its room keeps when a render counts
+            fewer, per render (grown with the Gaussians since): counts fall for a while
+            after an opacity reset, whose faint splats reach fewer tiles, and come back
+            within a few renders of the view, faster than a margin over the low count.
 
     Example:
         >>> budget = IntersectionBudget()
@@ -43,6 +47,7 @@ class IntersectionBudget:
 
     margin: float = 1.25
     slack: int = 4096
+    keep: float = 0.85
     _seen: dict[int, tuple[int, int]] = field(default_factory=dict, repr=False)
 
     def capacity(self, view: int, gaussians: int) -> int:
@@ -57,7 +62,21 @@ class IntersectionBudget:
 
     def observe(self, view: int, count: int, gaussians: int) -> None:
         """Record that ``view``'s render with ``gaussians`` Gaussians had ``count``
-        intersections."""
+        intersections; a count below ``keep`` times the last one (grown with the Gaussians
+        since) records that instead.
+
+        Example:
+            >>> budget = IntersectionBudget(margin=1.0, slack=0)
+            >>> budget.observe(view=0, count=1000, gaussians=10)
+            >>> budget.observe(view=0, count=200, gaussians=10)  # an opacity reset's dip
+            >>> budget.capacity(view=0, gaussians=10)
+            850
+        """
+        seen = self._seen.get(view)
+        if seen is not None:
+            last, then = seen
+            grown = last * max(1.0, gaussians / max(then, 1))
+            count = max(int(count), math.floor(self.keep * grown))
         self._seen[view] = (int(count), int(gaussians))
 
     def forget(self, view: int | None = None) -> None:

@@ -27,11 +27,22 @@ def test_room_covers_the_count_with_margin_and_slack() -> None:
     assert budget.capacity(2, 300) == 4507  # three times the Gaussians
 
 
-def test_the_newest_count_counts() -> None:
+def test_the_newest_count_counts_and_a_dip_keeps_a_share_of_the_last() -> None:
     budget = IntersectionBudget(margin=1.0, slack=0)
     budget.observe(view=0, count=1000, gaussians=10)
-    budget.observe(view=0, count=400, gaussians=10)
-    assert budget.capacity(0, 10) == 400
+    budget.observe(view=0, count=1200, gaussians=10)
+    assert budget.capacity(0, 10) == 1200
+    budget.observe(view=0, count=400, gaussians=10)  # after an opacity reset
+    assert budget.capacity(0, 10) == 1020  # 0.85 of the last count
+    budget.observe(view=0, count=400, gaussians=20)  # the last count grown with the Gaussians
+    assert budget.capacity(0, 20) == 1734
+    for _ in range(20):  # a lasting fall: the room follows it down
+        budget.observe(view=0, count=400, gaussians=20)
+    assert budget.capacity(0, 20) == 400
+    plain = IntersectionBudget(margin=1.0, slack=0, keep=0.0)
+    plain.observe(view=0, count=1000, gaussians=10)
+    plain.observe(view=0, count=400, gaussians=10)
+    assert plain.capacity(0, 10) == 400
 
 
 def test_forget_one_view_or_all() -> None:

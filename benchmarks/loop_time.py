@@ -42,7 +42,7 @@ from common import FOX, environment, git_commit, write_json
 from gsnb.data.dataset import load_dataset
 from gsnb.train import TrainConfig, Trainer
 from gsnb.train.metrics import StepMetrics
-from gsnb.train.warm import start_warming
+from gsnb.train.warm import warming
 
 
 def split_wall(
@@ -184,10 +184,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    warming = start_warming(device)  # as gsnb train: the refine step's kernels load meanwhile
-    data = load_dataset(args.data, downscale=args.downscale, test_every=8)
-    if warming is not None:
-        warming.join()
+    with warming(device):  # as gsnb train: the refine step's kernels load meanwhile
+        data = load_dataset(args.data, downscale=args.downscale, test_every=8)
     config = TrainConfig(
         steps=args.steps, seed=0, device=device, downscale=args.downscale,
         out_dir=str(args.out / "run"),

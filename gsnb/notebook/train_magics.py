@@ -101,7 +101,7 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
             )
     from gsnb.train.commands import claim_folder, preflight, resume_run
     from gsnb.train.rundir import RunFolder
-    from gsnb.train.warm import start_warming
+    from gsnb.train.warm import warming
 
     previous = namespace.get(args.name)
     if isinstance(previous, Trainer) and previous.run_folder is not None and not previous.running:
@@ -109,16 +109,14 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
     config = train_config(args, path)
     strategy = None if args.resume else strategy_from_args(args)  # refused before any loading
     # as gsnb train: the first refine step's kernels load while the photos decode
-    warming = start_warming(config.device)
-    if dataset is None and not args.resume:
-        dataset = load_dataset(
-            path,
-            downscale=config.downscale,
-            test_every=config.test_every,
-            cache_dir=config.cache_dir,
-        )
-    if warming is not None:
-        warming.join()
+    with warming(config.device, args.strategy):
+        if dataset is None and not args.resume:
+            dataset = load_dataset(
+                path,
+                downscale=config.downscale,
+                test_every=config.test_every,
+                cache_dir=config.cache_dir,
+            )
     folder = RunFolder(args.out) if args.out else None
     try:
         if folder is not None:

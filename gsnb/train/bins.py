@@ -56,9 +56,7 @@ class IntersectionBudget:
         seen = self._seen.get(view)
         if seen is None:
             return 0
-        count, then = seen
-        growth = max(1.0, gaussians / max(then, 1))
-        return min(math.ceil(count * growth * self.margin) + self.slack, LIMIT)
+        return min(math.ceil(_grown(seen, gaussians) * self.margin) + self.slack, LIMIT)
 
     def observe(self, view: int, count: int, gaussians: int) -> None:
         """Record that ``view``'s render with ``gaussians`` Gaussians had ``count``
@@ -74,9 +72,7 @@ class IntersectionBudget:
         """
         seen = self._seen.get(view)
         if seen is not None:
-            last, then = seen
-            grown = last * max(1.0, gaussians / max(then, 1))
-            count = max(int(count), math.floor(self.keep * grown))
+            count = max(int(count), math.floor(self.keep * _grown(seen, gaussians)))
         self._seen[view] = (int(count), int(gaussians))
 
     def forget(self, view: int | None = None) -> None:
@@ -85,3 +81,9 @@ class IntersectionBudget:
             self._seen.clear()
         else:
             self._seen.pop(view, None)
+
+
+def _grown(seen: tuple[int, int], gaussians: int) -> float:
+    """A view's last ``(count, Gaussians then)`` scaled to ``gaussians`` (never down)."""
+    count, then = seen
+    return count * max(1.0, gaussians / max(then, 1))

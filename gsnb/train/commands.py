@@ -42,7 +42,7 @@ from gsnb.train.rundir import RunFolder, checkpoint_bytes, ply_bytes
 from gsnb.train.strategy import Strategy, make_strategy
 from gsnb.train.timeline import Timeline, timeline_text
 from gsnb.train.trainer import CHECKPOINT_NAME, DensifyError, Trainer
-from gsnb.train.warm import start_warming
+from gsnb.train.warm import warming
 from gsnb.utils.atomic import atomic_write
 
 PLY_NAME = "point_cloud.ply"
@@ -132,29 +132,27 @@ def train(args: argparse.Namespace) -> int:
     timeline = _command_timeline(args)
     out = Path(args.out)
     folder = RunFolder(out)
-    # CUDA's start and the refine step's kernels load while the photos decode
-    warming = None
-    if getattr(args, "strategy", None) == "default":
-        warming = start_warming(getattr(args, "device", None) or "auto")
     try:
-        if args.resume:
-            claim_folder(folder, args, "gsnb train")
-            trainer = resume_run(args, out)
-        else:
-            from gsnb.data.dataset import load_dataset
+        # CUDA's start and the refine step's kernels load while the photos decode; joined
+        # also after an error or Ctrl-C: no thread in CUDA while the process ends
+        device = getattr(args, "device", None) or "auto"
+        with warming(device, getattr(args, "strategy", None) or ""):
+            if args.resume:
+                claim_folder(folder, args, "gsnb train")
+                trainer = resume_run(args, out)
+            else:
+                from gsnb.data.dataset import load_dataset
 
-            config = train_config(args)
-            strategy = strategy_from_args(args)
-            data = load_dataset(
-                args.data,
-                downscale=config.downscale,
-                test_every=config.test_every,
-                cache_dir=config.cache_dir,
-            )
-            claim_folder(folder, args, "gsnb train")  # only once the data loaded: no empty folders
-            trainer = Trainer(data, config, strategy=strategy, progress=not args.no_progress)
-        if warming is not None:
-            warming.join()
+                config = train_config(args)
+                strategy = strategy_from_args(args)
+                data = load_dataset(
+                    args.data,
+                    downscale=config.downscale,
+                    test_every=config.test_every,
+                    cache_dir=config.cache_dir,
+                )
+                claim_folder(folder, args, "gsnb train")  # once the data loaded: no empty folders
+                trainer = Trainer(data, config, strategy=strategy, progress=not args.no_progress)
         timeline.mark("data")  # the dataset read, its images decoded, the Gaussians made
         preflight(trainer, folder, progress=not args.no_progress)
         close_viewer = _start_viewer(args, trainer, out)
@@ -162,9 +160,6 @@ def train(args: argparse.Namespace) -> int:
         folder.release(remove_if_new=True)
         print(f"gsnb train: error: {err}", file=sys.stderr)
         return 1
-    finally:  # also after Ctrl-C: no thread in CUDA while the process ends
-        if warming is not None:
-            warming.join()
 
     def again(path: Path) -> list[str]:
         return ["gsnb", "train", str(args.data), "--out", str(out), "--resume", str(path)]

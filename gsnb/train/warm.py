@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 
 import torch
 
@@ -71,3 +72,21 @@ def start_warming(device: str) -> threading.Thread | None:
     thread = threading.Thread(target=work, name="gsnb-warm-kernels", daemon=True)
     thread.start()
     return thread
+
+
+@contextlib.contextmanager
+def warming(device: str, strategy: str = "default") -> Iterator[None]:
+    """:func:`start_warming` for the ``with`` block (loading the data, say), joined when the
+    block ends, however it ends: no thread is left in CUDA after it. Only for the default
+    strategy, whose refine step it loads.
+
+    Example:
+        >>> with warming("cpu"):
+        ...     pass
+    """
+    thread = start_warming(device) if strategy == "default" else None
+    try:
+        yield
+    finally:
+        if thread is not None:
+            thread.join()

@@ -86,7 +86,7 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
     Example:
         >>> # trainer = make_trainer(TRAIN_PARSER.parse_args(["data/fox", "--downscale", "4"]), {})
     """
-    from gsnb.data.dataset import SceneDataset, load_dataset
+    from gsnb.data.dataset import SceneDataset
     from gsnb.train import Trainer
 
     held = namespace.get(args.data)
@@ -99,7 +99,7 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
                 f"%gs_train: {args.data!r} is neither a dataset folder nor a notebook variable "
                 "holding a SceneDataset"
             )
-    from gsnb.train.commands import claim_folder, preflight, resume_run
+    from gsnb.train.commands import claim_folder, config_dataset, preflight, resume_run
     from gsnb.train.rundir import RunFolder
     from gsnb.train.warm import warming
 
@@ -111,12 +111,7 @@ def make_trainer(args: argparse.Namespace, namespace: dict[str, Any]) -> Trainer
     # as gsnb train: the first refine step's kernels load while the photos decode
     with warming(config.device, args.strategy):
         if dataset is None and not args.resume:
-            dataset = load_dataset(
-                path,
-                downscale=config.downscale,
-                test_every=config.test_every,
-                cache_dir=config.cache_dir,
-            )
+            dataset = config_dataset(path, config)
     folder = RunFolder(args.out) if args.out else None
     try:
         if folder is not None:

@@ -141,16 +141,9 @@ def train(args: argparse.Namespace) -> int:
                 claim_folder(folder, args, "gsnb train")
                 trainer = resume_run(args, out)
             else:
-                from gsnb.data.dataset import load_dataset
-
                 config = train_config(args)
                 strategy = strategy_from_args(args)
-                data = load_dataset(
-                    args.data,
-                    downscale=config.downscale,
-                    test_every=config.test_every,
-                    cache_dir=config.cache_dir,
-                )
+                data = config_dataset(args.data, config)
                 claim_folder(folder, args, "gsnb train")  # once the data loaded: no empty folders
                 trainer = Trainer(data, config, strategy=strategy, progress=not args.no_progress)
         timeline.mark("data")  # the dataset read, its images decoded, the Gaussians made
@@ -299,21 +292,23 @@ def _train_in_group(args: argparse.Namespace, group: Any, folder_claimed: bool) 
             folder.release()
 
 
+def config_dataset(path: str | os.PathLike[str], config: TrainConfig) -> SceneDataset:
+    """The dataset at ``path`` loaded as ``config`` says (downscale, test split, cache)."""
+    from gsnb.data.dataset import load_dataset
+
+    return load_dataset(
+        path, downscale=config.downscale, test_every=config.test_every, cache_dir=config.cache_dir
+    )
+
+
 def _worker_trainer(args: argparse.Namespace, out: Path, progress: bool) -> Trainer:
     from gsnb.train.distributed import DistributedTrainer
 
     if args.resume:
         return resume_run(args, out, trainer_class=DistributedTrainer)
-    from gsnb.data.dataset import load_dataset
-
     config = train_config(args)
     strategy = strategy_from_args(args)
-    data = load_dataset(
-        args.data,
-        downscale=config.downscale,
-        test_every=config.test_every,
-        cache_dir=config.cache_dir,
-    )
+    data = config_dataset(args.data, config)
     return DistributedTrainer(data, config, strategy=strategy, progress=progress)
 
 

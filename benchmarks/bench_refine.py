@@ -1,7 +1,8 @@
 """Time one refine step of DefaultStrategy: clone, split and prune of a trained-size cloud.
 
-Compares ``clone_split_prune`` (every tensor rebuilt once, what DefaultStrategy runs)
-with ``ops.duplicate``, ``ops.split`` and ``ops.remove`` in turn (what it ran before), on
+Compares ``clone_split_prune`` (every tensor rebuilt once, what DefaultStrategy runs: on
+the GPU one launch of ``csrc/refine.cu``), its PyTorch path (``one_rebuild_pytorch``) and
+``ops.duplicate``, ``ops.split`` and ``ops.remove`` in turn (what it ran before), on
 the same random Gaussians with SH degree 3 and a stepped Adam, in turns, wall-clock
 time of the whole call (host syncs included) after a GPU sync.
 
@@ -20,7 +21,7 @@ from common import environment, git_commit, write_json
 from torch import nn
 
 from gsnb.train.optim import make_optimizer
-from gsnb.train.strategy import ops
+from gsnb.train.strategy import ops, refine
 from gsnb.train.strategy.refine import clone_split_prune
 
 
@@ -63,6 +64,12 @@ def one(path: str, n: int, device: str, seed: int, rates: tuple[float, float]) -
     start = time.perf_counter()
     if path == "one_rebuild":
         clone_split_prune(params, opt, state, clone, split, doomed, gen, revised_opacity=True)
+    elif path == "one_rebuild_pytorch":
+        fused, refine._fused_moments = refine._fused_moments, lambda *_: None
+        try:
+            clone_split_prune(params, opt, state, clone, split, doomed, gen, revised_opacity=True)
+        finally:
+            refine._fused_moments = fused
     else:
         cloned = ops.duplicate(params, opt, state, clone)
         to_split = torch.cat([split, clone.new_zeros(cloned)])
@@ -80,7 +87,7 @@ def main() -> None:
     parser.add_argument("--clone", type=float, default=0.02, help="share of Gaussians cloned")
     parser.add_argument("--split", type=float, default=0.01, help="share split")
     args = parser.parse_args()
-    paths = ("one_rebuild", "in_turn")
+    paths = ("one_rebuild", "one_rebuild_pytorch", "in_turn")
     times: dict[str, list[float]] = {p: [] for p in paths}
     for r in range(args.repeat + 2):
         for path in paths:

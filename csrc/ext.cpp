@@ -77,6 +77,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("accumulate_grad2d", &gsnb::accumulate_grad2d, "densification's running sums",
         py::arg("grads"), py::arg("radii"), py::arg("sx"), py::arg("sy"), py::arg("grad2d"),
         py::arg("count"), py::arg("gate"), nogil);
+  m.def("refine_rows", &gsnb::refine_rows, "a refine step's clone, split and prune in one launch",
+        py::arg("pos"), py::arg("kept"), py::arg("cloned"), py::arg("children"), py::arg("quats"),
+        py::arg("log_scales"), py::arg("noise"), py::arg("shrink"), py::arg("sources"),
+        py::arg("outputs"), py::arg("kinds"), py::arg("rows"), nogil);
   m.def("train_forward_backward", &gsnb::train_forward_backward,
         "a training step's render, photometric loss and gradients in one call",
         py::arg("means"), py::arg("quats"), py::arg("scales"), py::arg("opacities"),

@@ -256,4 +256,33 @@ void launch_accumulate_grad2d(int64_t num_cams, int64_t n, const float* grads, c
                               double sx, double sy, float* grad2d, float* count,
                               const double* gate, cudaStream_t stream);
 
+// ---- refine.cu ----------------------------------------------------------------------------
+
+// The rows of refine.cu's plan `pos` [kRefinePlanRows, N]: inclusive scans of whether each
+// Gaussian keeps its row, keeps a clone, keeps its split children, and is split.
+enum RefinePlanRow { kRefineRest, kRefineClone, kRefineChild, kRefineSplit, kRefinePlanRows };
+
+// How a tensor's new rows (clones and children) get their values: copied from the parent,
+// zero (Adam moments), or drawn as a child's mean, log-scale or revised opacity logit.
+enum RefineKind { kRefineCopy, kRefineMoment, kRefineMeans, kRefineLogScales, kRefineRevisedLogit };
+
+// The most tensors one refine launch rewrites: six parameters and their two moments each.
+constexpr int kMaxRefineTensors = 24;
+
+struct RefineTensors {
+  const float* src[kMaxRefineTensors];  // [N, width]
+  float* dst[kMaxRefineTensors];        // [kept + cloned + 2 children, width]
+  int width[kMaxRefineTensors];
+  int kind[kMaxRefineTensors];          // RefineKind
+  int count;
+};
+
+// Writes every tensor of `list` (`most`: the largest N * width) and, where rows is not
+// nullptr, rows[r] = the Gaussian row r comes from. noise [2, n_split, 3]; quats [N, 4] and
+// log_scales [N, 3] are the parents' (read for kRefineMeans).
+void launch_refine_rows(int64_t n, const int* pos, int kept, int cloned, int children,
+                        int64_t n_split, const float* quats, const float* log_scales,
+                        const float* noise, float shrink, const RefineTensors& list,
+                        int64_t most, int64_t* rows, cudaStream_t stream);
+
 }  // namespace gsnb

@@ -177,4 +177,15 @@ std::vector<at::Tensor> train_forward_backward(
     double sigma, double c1, double c2, double lambda, bool absgrad,
     bool antialiased, const std::optional<at::Tensor>& filter3d, int64_t capacity);
 
+// The Gaussians after a refine step's clone, split and prune (refine.cu): outputs[t] [M, ...]
+// from sources[t] [N, ...] by kinds[t] (launch.h's RefineKind), M = kept + cloned + 2
+// children; pos [4, N] int32 holds the inclusive scans of the plan's flags (RefinePlanRow),
+// noise [2, S, 3] the split children's draws, quats [N, 4] and log_scales [N, 3] the
+// parents'. rows [M] int64 (or empty) receives the Gaussian each row comes from.
+void refine_rows(const at::Tensor& pos, int64_t kept, int64_t cloned, int64_t children,
+                 const at::Tensor& quats, const at::Tensor& log_scales, const at::Tensor& noise,
+                 double shrink, const std::vector<at::Tensor>& sources,
+                 const std::vector<at::Tensor>& outputs, const std::vector<int64_t>& kinds,
+                 const at::Tensor& rows);
+
 }  // namespace gsnb

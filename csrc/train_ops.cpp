@@ -13,6 +13,8 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
+#include <vector>
 
 #include "host.h"
 #include "launch.h"
@@ -309,6 +311,76 @@ void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   launch_accumulate_grad2d(num_cams, n, grads.data_ptr<float>(), radii.data_ptr<int>(), sx, sy,
                            grad2d.data_ptr<float>(), count.data_ptr<float>(), gate_ptr, stream);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// ---- refine (refine.cu) ----------------------------------------------------------------------
+
+void refine_rows(const at::Tensor& pos, int64_t kept, int64_t cloned, int64_t children,
+                 const at::Tensor& quats, const at::Tensor& log_scales, const at::Tensor& noise,
+                 double shrink, const std::vector<at::Tensor>& sources,
+                 const std::vector<at::Tensor>& outputs, const std::vector<int64_t>& kinds,
+                 const at::Tensor& rows) {
+  const char* who = "refine_rows";
+  const at::Device device = quats.device();
+  check_input(quats, device, who, "quats");
+  TORCH_CHECK(quats.dim() == 2 && quats.size(1) == 4, who, ": quats must be [N, 4], got ",
+              quats.sizes());
+  const int64_t n = quats.size(0);
+  TORCH_CHECK(n > 0, who, ": no Gaussians");
+  check_input(pos, device, who, "pos", at::kInt);
+  TORCH_CHECK(pos.dim() == 2 && pos.size(0) == kRefinePlanRows && pos.size(1) == n, who,
+              ": pos must be [", static_cast<int>(kRefinePlanRows), ", ", n, "], got ",
+              pos.sizes());
+  check_input(log_scales, device, who, "log_scales");
+  TORCH_CHECK(log_scales.numel() == n * 3, who, ": log_scales must be [N, 3] with N = ", n);
+  check_input(noise, device, who, "noise");
+  TORCH_CHECK(noise.dim() == 3 && noise.size(0) == 2 && noise.size(2) == 3, who,
+              ": noise must be [2, S, 3], got ", noise.sizes());
+  TORCH_CHECK(kept >= 0 && cloned >= 0 && children >= 0, who, ": negative row counts");
+  const int64_t m = kept + cloned + 2 * children;
+  TORCH_CHECK(m <= std::numeric_limits<int>::max(), who, ": too many rows");
+  const size_t count = sources.size();
+  TORCH_CHECK(count <= static_cast<size_t>(kMaxRefineTensors), who, ": at most ",
+              kMaxRefineTensors, " tensors, got ", count);
+  TORCH_CHECK(outputs.size() == count && kinds.size() == count, who,
+              ": sources, outputs and kinds differ in length");
+  RefineTensors list{};
+  list.count = static_cast<int>(count);
+  int64_t most = 0;
+  for (size_t t = 0; t < count; ++t) {
+    const int64_t at = static_cast<int64_t>(t);
+    check_input(sources[t], device, who, "source", at::kFloat, at);
+    check_input(outputs[t], device, who, "output", at::kFloat, at);
+    const int64_t width = sources[t].numel() / n;
+    TORCH_CHECK(sources[t].numel() == n * width && width > 0, who, ": source ", at,
+                " is not [N, ...] with N = ", n);
+    TORCH_CHECK(outputs[t].numel() == m * width, who, ": output ", at, " must hold ", m,
+                " rows of ", width, " values, got ", outputs[t].numel());
+    const int64_t kind = kinds[t];
+    TORCH_CHECK(kind >= kRefineCopy && kind <= kRefineRevisedLogit, who, ": unknown kind ", kind);
+    TORCH_CHECK((kind != kRefineMeans && kind != kRefineLogScales) || width == 3, who,
+                ": means and log-scales have 3 values a row");
+    TORCH_CHECK(kind != kRefineRevisedLogit || width == 1, who, ": opacities have 1 value a row");
+    list.src[t] = sources[t].data_ptr<float>();
+    list.dst[t] = outputs[t].data_ptr<float>();
+    list.width[t] = static_cast<int>(width);
+    list.kind[t] = static_cast<int>(kind);
+    most = std::max(most, n * width);
+  }
+  int64_t* rows_ptr = nullptr;
+  if (rows.numel() > 0) {
+    check_input(rows, device, who, "rows", at::kLong);
+    TORCH_CHECK(rows.numel() == m, who, ": rows must be [", m, "], got ", rows.sizes());
+    rows_ptr = rows.data_ptr<int64_t>();
+  }
+  if (count == 0) return;
+  const at::cuda::CUDAGuard guard(device);
+  launch_refine_rows(n, pos.data_ptr<int>(), static_cast<int>(kept), static_cast<int>(cloned),
+                     static_cast<int>(children), noise.size(1), quats.data_ptr<float>(),
+                     log_scales.data_ptr<float>(), noise.data_ptr<float>(),
+                     static_cast<float>(shrink), list, most, rows_ptr,
+                     c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

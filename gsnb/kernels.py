@@ -32,6 +32,7 @@ __all__ = [
     "project_forward",
     "rasterize_backward",
     "rasterize_forward",
+    "refine_rows",
     "require",
     "set_extension",
     "set_rasterize_forward_segments",
@@ -409,6 +410,33 @@ def accumulate_grad2d(
     """Add each visible Gaussian's normalised gradient norm to ``grad2d`` and 1 to ``count``;
     with ``gate``, nothing unless it opens as :func:`adam_step`'s does (on the device)."""
     require().accumulate_grad2d(grads, radii, sx, sy, grad2d, count, gate)
+
+
+REFINE_KINDS = {"copy": 0, "moment": 1, "means": 2, "log_scales": 3, "revised_logit": 4}
+"""How :func:`refine_rows` fills a tensor's new rows (``csrc/launch.h``'s ``RefineKind``)."""
+
+
+def refine_rows(
+    *,
+    pos: Tensor,  # [4, N] int32 inclusive scans: kept in place, clone kept, children kept, split
+    kept: int,  # rows kept in place
+    cloned: int,  # clones kept
+    children: int,  # split Gaussians whose children are kept (two rows each)
+    quats: Tensor,  # [N, 4] the parents' quaternions
+    log_scales: Tensor,  # [N, 3] the parents' log-scales
+    noise: Tensor,  # [2, S, 3] the split children's draws, S = split Gaussians
+    shrink: float,  # a child's scales are its parent's over this
+    sources: list[Tensor],  # [N, ...] float32 each
+    outputs: list[Tensor],  # [kept + cloned + 2 children, ...], written
+    kinds: list[int],  # REFINE_KINDS, one per tensor
+    rows: Tensor,  # [kept + cloned + 2 children] int64, written; or empty
+) -> None:
+    """A refine step's clone, split and prune of every tensor in one launch (see
+    :func:`gsnb.train.strategy.refine.clone_split_prune`)."""
+    require().refine_rows(
+        pos, kept, cloned, children, quats, log_scales, noise, shrink, sources, outputs, kinds,
+        rows,
+    )  # fmt: skip
 
 
 def train_forward_backward(

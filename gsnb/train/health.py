@@ -33,7 +33,6 @@ SUMS = 9
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
-@torch.no_grad()
 def health_sums(splats: Mapping[str, Tensor], grads: Sequence[Tensor] = ()) -> Tensor:
     """The sums behind the health signals and the gradient norm, one float64 tensor ``[9]``.
 
@@ -52,11 +51,16 @@ def health_sums(splats: Mapping[str, Tensor], grads: Sequence[Tensor] = ()) -> T
         >>> health_sums(s, [torch.full((4,), 0.5)]).tolist()
         [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 1.0, 0.0]
     """
-    log_s, logits = splats["scales"].detach(), splats["opacities"].detach()
-    params = [p.detach() for p in splats.values()]
-    grads = [g.detach() for g in grads]
-    if log_s.shape[0] > 0 and _fused(params, grads):
+    log_s, logits = splats["scales"], splats["opacities"]
+    params, grads = list(splats.values()), list(grads)
+    if log_s.shape[0] > 0 and _fused(params, grads):  # the kernel only reads them
         return kernels.health_sums(scales=log_s, opacities=logits, params=params, grads=grads)
+    with torch.no_grad():
+        return _torch_sums(log_s, logits, params, grads)
+
+
+def _torch_sums(log_s: Tensor, logits: Tensor, params: list[Tensor], grads: list[Tensor]) -> Tensor:
+    """:func:`health_sums` in PyTorch."""
     zero = torch.zeros((), dtype=torch.float64, device=log_s.device)
     counts = [_non_finite(params, zero)]
     gradient = [sum((g.double().square().sum() for g in grads), zero), _non_finite(grads, zero)]

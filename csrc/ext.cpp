@@ -73,7 +73,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("adam_step", &gsnb::adam_step, "Adam over several tensors in one launch",
         py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"),
         py::arg("step_sizes"), py::arg("bias2_sqrts"), py::arg("beta1"), py::arg("beta2"),
-        py::arg("eps"), py::arg("gate"), nogil);
+        py::arg("eps"), py::arg("gate"), py::arg("row_values") = std::vector<int64_t>{},
+        py::arg("active_values") = std::vector<int64_t>{}, nogil);
   m.def("accumulate_grad2d", &gsnb::accumulate_grad2d, "densification's running sums",
         py::arg("grads"), py::arg("radii"), py::arg("sx"), py::arg("sy"), py::arg("grad2d"),
         py::arg("count"), py::arg("gate"), nogil);

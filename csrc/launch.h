@@ -237,16 +237,23 @@ struct AdamTensor {
   int64_t numel;
   float step_size;
   float bias2_sqrt;
+  // The tensor as rows of row_values values, of which only the first active_values are
+  // updated (the SH bands in use); active_values == row_values updates every value.
+  int64_t row_values;
+  int64_t active_values;
 };
 
 struct AdamTensors {
   AdamTensor t[kMaxTensors];
+  int first_block[kMaxTensors + 1];  // each tensor's first block (set by launch_adam)
+  int count;
 };
 
-// count tensors of the list, `most` values in the largest; gate [3] (or nullptr): no update
-// unless gate[0] <= the largest float32, gate[1] == 0 and gate[2] is finite.
-void launch_adam(const AdamTensors& list, int64_t count, int64_t most, double beta1,
-                 double beta2, double eps, const double* gate, cudaStream_t stream);
+// The first count tensors of the list, one thread per float4 (or value); gate [3] (or
+// nullptr): no update unless gate[0] <= the largest float32, gate[1] == 0 and gate[2] is
+// finite.
+void launch_adam(const AdamTensors& list, int64_t count, double beta1, double beta2,
+                 double eps, const double* gate, cudaStream_t stream);
 
 // ---- densify.cu ---------------------------------------------------------------------------
 

@@ -142,11 +142,14 @@ at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
 // step_sizes = lr / (1 - beta1^t) and bias2_sqrts = sqrt(1 - beta2^t) per tensor. gate
 // (optional, float64 [3] on the device: the gradients' sum of squares, their count of
 // non-finite values, the loss): nothing is updated unless the sum fits a float32, the count
-// is 0 and the loss is finite, decided on the device.
+// is 0 and the loss is finite, decided on the device. row_values and active_values (one each
+// per tensor, or both empty): tensor i is rows of row_values[i] values of which only the
+// first active_values[i] are updated (the SH bands in use; the rest keep zero moments).
 void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                const std::vector<double>& step_sizes, const std::vector<double>& bias2_sqrts,
-               double beta1, double beta2, double eps, const std::optional<at::Tensor>& gate);
+               double beta1, double beta2, double eps, const std::optional<at::Tensor>& gate,
+               const std::vector<int64_t>& row_values, const std::vector<int64_t>& active_values);
 
 // Default densification's running sums, in place: for visible (radii > 0) splats,
 // grad2d[n] += |(grads.x * sx, grads.y * sy)| and count[n] += 1 over the C cameras.

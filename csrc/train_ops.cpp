@@ -256,12 +256,17 @@ void check_entry(const at::Tensor& t, const at::Device& device, int64_t numel, c
 void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                const std::vector<double>& step_sizes, const std::vector<double>& bias2_sqrts,
-               double beta1, double beta2, double eps, const std::optional<at::Tensor>& gate) {
+               double beta1, double beta2, double eps, const std::optional<at::Tensor>& gate,
+               const std::vector<int64_t>& row_values,
+               const std::vector<int64_t>& active_values) {
   const size_t count = params.size();
   TORCH_CHECK(count <= kMaxTensors, "adam_step: at most ", kMaxTensors, " tensors, got ", count);
   TORCH_CHECK(grads.size() == count && exp_avgs.size() == count && exp_avg_sqs.size() == count &&
                   step_sizes.size() == count && bias2_sqrts.size() == count,
               "adam_step: the lists differ in length");
+  TORCH_CHECK(row_values.size() == active_values.size() &&
+                  (row_values.empty() || row_values.size() == count),
+              "adam_step: row_values and active_values need one entry per tensor, or none");
   if (count == 0) return;
   check_input(params[0], params[0].device(), "adam_step", "parameter", at::kFloat, 0);
   const at::cuda::CUDAGuard guard(params[0].device());
@@ -274,15 +279,23 @@ void adam_step(const std::vector<at::Tensor>& params, const std::vector<at::Tens
     check_entry(grads[i], device, numel, "gradient", at);
     check_entry(exp_avgs[i], device, numel, "exp_avg", at);
     check_entry(exp_avg_sqs[i], device, numel, "exp_avg_sq", at);
+    int64_t row = std::max<int64_t>(numel, 1), active = row;
+    if (!row_values.empty()) {
+      row = row_values[i];
+      active = active_values[i];
+      TORCH_CHECK(row > 0 && numel % row == 0 && active >= 0 && active <= row,
+                  "adam_step: tensor ", i, " of ", numel, " values cannot be rows of ", row,
+                  " with ", active, " of each updated");
+    }
     list.t[i] = AdamTensor{params[i].data_ptr<float>(),  grads[i].data_ptr<float>(),
                            exp_avgs[i].data_ptr<float>(), exp_avg_sqs[i].data_ptr<float>(),
-                           params[i].numel(),             static_cast<float>(step_sizes[i]),
-                           static_cast<float>(bias2_sqrts[i])};
-    most = std::max(most, params[i].numel());
+                           numel,                         static_cast<float>(step_sizes[i]),
+                           static_cast<float>(bias2_sqrts[i]), row, active};
+    most = std::max(most, numel / row * active);
   }
   const double* gate_ptr = gate_pointer(gate, device, "adam_step");
   if (most == 0) return;
-  launch_adam(list, static_cast<int64_t>(count), most, beta1, beta2, eps, gate_ptr,
+  launch_adam(list, static_cast<int64_t>(count), beta1, beta2, eps, gate_ptr,
               c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -388,13 +388,18 @@ def adam_step(
     beta2: float,
     eps: float,
     gate: Tensor | None = None,  # [3] float64: gradients' sum of squares, non-finite count, loss
+    row_values: list[int] | None = None,  # values per row, one per tensor
+    active_values: list[int] | None = None,  # leading values of each row updated
 ) -> None:
     """One Adam update of every tensor of ``params`` in one launch; with ``gate``, none
     unless the gradients' sum of squares fits a float32, their count of non-finite values
-    is 0 and the loss is finite (decided on the device, no host sync)."""
+    is 0 and the loss is finite (decided on the device, no host sync). With ``row_values``
+    and ``active_values``, tensor ``i`` is rows of ``row_values[i]`` values of which only
+    the first ``active_values[i]`` are updated."""
     require().adam_step(
-        params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts, beta1, beta2, eps, gate
-    )
+        params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts, beta1, beta2, eps, gate,
+        row_values or [], active_values or [],
+    )  # fmt: skip
 
 
 def accumulate_grad2d(

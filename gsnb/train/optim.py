@@ -140,9 +140,14 @@ class GaussianAdam(Adam):
             raise ValueError("a gated update needs the fused kernel (see launch())")
         self.step()
 
-    def launch(self, gate: Tensor | None = None) -> bool:
+    def launch(self, gate: Tensor | None = None, active: Mapping[str, int] | None = None) -> bool:
         """The update in one kernel launch where it applies (CUDA float32 tensors, the
         extension built); returns False, having done nothing, where it does not.
+
+        ``active`` maps a group's ``name`` to how many leading values of each of its
+        parameter's rows (``p[i]``) to update; the others are left as they are, which is
+        Adam's update too while their gradients and moments are zero: the SH bands above the
+        degree in use (``{"shN": 3 * ((degree + 1) ** 2 - 1)}``).
 
         ``gate`` (float64 ``[3]`` on the device: the gradients' sum of squares, their count
         of non-finite values and the loss) lets the kernel itself skip the update unless the
@@ -159,7 +164,7 @@ class GaussianAdam(Adam):
         if not self._fused():
             return False
         with torch.no_grad():
-            self._fused_step(gate)
+            self._fused_step(gate, active)
         return True
 
     def uncount(self) -> None:
@@ -189,8 +194,12 @@ class GaussianAdam(Adam):
             for p in group["params"]:
                 p.grad = None
 
-    def _fused_step(self, gate: Tensor | None = None) -> None:
+    def _fused_step(
+        self, gate: Tensor | None = None, active: Mapping[str, int] | None = None
+    ) -> None:
         params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts = [], [], [], [], [], []
+        rows: list[int] = []
+        leading: list[int] = []
         # Step counts advance, and a first update's new state joins the optimizer, once the
         # launches went out: a refused launch leaves the optimizer as it was (where the
         # parameters fit one launch, _KERNEL_TENSORS of them, as the trainer's six do).
@@ -216,6 +225,11 @@ class GaussianAdam(Adam):
                 exp_avg_sqs.append(state["exp_avg_sq"])
                 step_sizes.append(group["lr"] / (1.0 - beta1**t))
                 bias2_sqrts.append(math.sqrt(1.0 - beta2**t))
+                row = p.numel() // p.shape[0] if p.dim() > 0 and p.shape[0] > 0 else 1
+                rows.append(row)
+                wanted = row if active is None else active.get(group.get("name"), row)
+                leading.append(min(max(int(wanted), 0), row))
+        partial = rows != leading
         for i in range(0, len(params), _KERNEL_TENSORS):
             chunk = slice(i, i + _KERNEL_TENSORS)
             kernels.adam_step(
@@ -223,6 +237,8 @@ class GaussianAdam(Adam):
                 exp_avg_sqs=exp_avg_sqs[chunk], step_sizes=step_sizes[chunk],
                 bias2_sqrts=bias2_sqrts[chunk], beta1=beta1, beta2=beta2,
                 eps=self.param_groups[0]["eps"], gate=gate,
+                row_values=rows[chunk] if partial else None,
+                active_values=leading[chunk] if partial else None,
             )  # fmt: skip
         self.state.update(fresh)
         # One call for every count: six in-place adds on CPU tensors cost more host time

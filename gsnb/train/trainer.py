@@ -540,7 +540,7 @@ class Trainer(TrainingControl):
             self._settle()  # the step before, read behind: known since binning waited
             self._committing = True
             gate = values[7:10] if cfg.skip_nonfinite else None
-            early = self.optimizer.launch(gate)
+            early = self.optimizer.launch(gate, self._active_sh(degree, extra is None))
             half = _HalfStep(
                 step, start, rates, degree, idx, {}, False, info,
                 order_state, gen_state, early, capacity,
@@ -557,6 +557,14 @@ class Trainer(TrainingControl):
                     self.optimizer.update()
                 self.corrections.step(step)
             return self._densify_and_count(half)
+
+    def _active_sh(self, degree: int, render_only: bool) -> dict[str, int] | None:
+        """What Adam updates of ``shN`` at a step that renders at SH ``degree``: the bands in
+        use, where the render alone gave the gradients (``render_only``), so that the bands
+        above have zero gradients and moments and Adam would leave them as they are."""
+        if not render_only or degree >= self.model.sh_degree:
+            return None
+        return {"shN": 3 * ((degree + 1) ** 2 - 1)}
 
     def _judge(self, half: _HalfStep, read: list[float]) -> None:
         """Finish ``half``'s numbers from its sums read back (``read``: the health sums,

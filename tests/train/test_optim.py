@@ -166,3 +166,25 @@ def test_a_launch_that_fails_changes_no_state(monkeypatch, updated_before) -> No
         assert float(opt.state[p]["step"]) == 1.0
     else:
         assert not opt.state.get(p)
+
+
+def test_a_launch_names_the_leading_values_of_each_row_it_updates(monkeypatch) -> None:
+    # What reaches the kernel: each tensor as rows of its parameter's rows, every value of
+    # them unless the launch names fewer; all of them without a name; steps counted once.
+    from gsnb import kernels
+
+    seen = []
+    monkeypatch.setattr(GaussianAdam, "_fused", lambda self: True)
+    monkeypatch.setattr(kernels, "adam_step", lambda **kw: seen.append(kw))
+    shapes = {"means": (5, 3), "opacities": (5,), "shN": (5, 15, 3)}
+    params = {k: torch.nn.Parameter(torch.zeros(s)) for k, s in shapes.items()}
+    opt = GaussianAdam([{"params": [p], "lr": 0.1, "name": k} for k, p in params.items()])
+    for p in params.values():
+        p.grad = torch.ones_like(p)
+    assert opt.launch(active={"shN": 9, "absent": 2})
+    assert seen[-1]["row_values"] == [3, 1, 45] and seen[-1]["active_values"] == [3, 1, 9]
+    assert opt.launch(active={"shN": 99})  # at most the row
+    assert seen[-1]["row_values"] is None and seen[-1]["active_values"] is None
+    assert opt.launch()
+    assert seen[-1]["row_values"] is None
+    assert all(float(opt.state[p]["step"]) == 3.0 for p in params.values())

@@ -175,3 +175,11 @@ def test_max_init_points_subsamples_with_the_seed(make_scene) -> None:
     assert a.num_gaussians == 10
     assert torch.equal(a.model.splats["means"], b.model.splats["means"])
     assert not torch.equal(a.model.splats["means"], c.model.splats["means"])
+
+
+def test_adam_skips_only_sh_bands_the_render_alone_left_without_gradients(make_scene) -> None:
+    trainer = Trainer(make_scene(), TrainConfig(steps=3, sh_degree=3))
+    assert trainer._active_sh(0, True) == {"shN": 0}
+    assert trainer._active_sh(2, True) == {"shN": 24}
+    assert trainer._active_sh(3, True) is None  # every band in use
+    assert trainer._active_sh(1, False) is None  # a regulariser may reach any band

@@ -560,9 +560,12 @@ class Trainer(TrainingControl):
 
     def _active_sh(self, degree: int, render_only: bool) -> dict[str, int] | None:
         """What Adam updates of ``shN`` at a step that renders at SH ``degree``: the bands in
-        use, where the render alone gave the gradients (``render_only``), so that the bands
-        above have zero gradients and moments and Adam would leave them as they are."""
+        use, where gsnb's own renderer alone gave the gradients (``render_only``), so that
+        the bands above have zero gradients and moments and Adam would leave them as they
+        are; None (every value) otherwise."""
         if not render_only or degree >= self.model.sh_degree:
+            return None
+        if self.renderer is not self.default_renderer:  # it may read every band
             return None
         return {"shN": 3 * ((degree + 1) ** 2 - 1)}
 

@@ -121,10 +121,6 @@ def clone_split_prune(
     return len(copies), n_split, len(source) - len(keep)
 
 
-# The plan's rows (csrc/launch.h's RefinePlanRow), then the count of clones.
-_REST, _CLONE, _CHILD, _SPLIT, _CLONES = range(5)
-
-
 def _fused_moments(
     params: ops.Params, optimizer: torch.optim.Optimizer | None
 ) -> dict[str, dict[str, Tensor]] | None:
@@ -172,6 +168,7 @@ def _fused(
         child_logits = torch.logit(1.0 - torch.sqrt(1.0 - torch.sigmoid(logits)))
     child_doomed = doomed(child_logits, torch.log(log_s.exp() / shrink))
     keep = ~doomed(logits, log_s)
+    # The plan's rows (csrc/launch.h's RefinePlanRow), then the clones for the count.
     flags = torch.stack([~split & keep, clone & keep, split & ~child_doomed, split, clone])
     pos = flags.cumsum(1, dtype=torch.int32)  # [5, N]
     kept, cloned, children, n_split, n_clone = pos[:, -1].tolist()  # the one host sync

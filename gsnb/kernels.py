@@ -11,6 +11,7 @@ PyTorch path for everything else.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
 
 import torch
@@ -388,8 +389,8 @@ def adam_step(
     beta2: float,
     eps: float,
     gate: Tensor | None = None,  # [3] float64: gradients' sum of squares, non-finite count, loss
-    row_values: list[int] | None = None,  # values per row, one per tensor
-    active_values: list[int] | None = None,  # leading values of each row updated
+    row_values: Sequence[int] = (),  # values per row, one per tensor (or none)
+    active_values: Sequence[int] = (),  # leading values of each row updated (or none)
 ) -> None:
     """One Adam update of every tensor of ``params`` in one launch; with ``gate``, none
     unless the gradients' sum of squares fits a float32, their count of non-finite values
@@ -398,7 +399,7 @@ def adam_step(
     the first ``active_values[i]`` are updated."""
     require().adam_step(
         params, grads, exp_avgs, exp_avg_sqs, step_sizes, bias2_sqrts, beta1, beta2, eps, gate,
-        row_values or [], active_values or [],
+        row_values, active_values,
     )  # fmt: skip
 
 

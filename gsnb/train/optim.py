@@ -237,8 +237,8 @@ class GaussianAdam(Adam):
                 exp_avg_sqs=exp_avg_sqs[chunk], step_sizes=step_sizes[chunk],
                 bias2_sqrts=bias2_sqrts[chunk], beta1=beta1, beta2=beta2,
                 eps=self.param_groups[0]["eps"], gate=gate,
-                row_values=rows[chunk] if partial else None,
-                active_values=leading[chunk] if partial else None,
+                row_values=rows[chunk] if partial else (),
+                active_values=leading[chunk] if partial else (),
             )  # fmt: skip
         self.state.update(fresh)
         # One call for every count: six in-place adds on CPU tensors cost more host time

@@ -184,7 +184,7 @@ def test_a_launch_names_the_leading_values_of_each_row_it_updates(monkeypatch) -
     assert opt.launch(active={"shN": 9, "absent": 2})
     assert seen[-1]["row_values"] == [3, 1, 45] and seen[-1]["active_values"] == [3, 1, 9]
     assert opt.launch(active={"shN": 99})  # at most the row
-    assert seen[-1]["row_values"] is None and seen[-1]["active_values"] is None
+    assert seen[-1]["row_values"] == () and seen[-1]["active_values"] == ()
     assert opt.launch()
-    assert seen[-1]["row_values"] is None
+    assert seen[-1]["row_values"] == ()
     assert all(float(opt.state[p]["step"]) == 3.0 for p in params.values())

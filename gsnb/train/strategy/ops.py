@@ -100,6 +100,19 @@ def duplicate(
     return len(sel)
 
 
+def revised_logits(logits: Tensor) -> Tensor:
+    """The opacity logits of a split's two children that together keep the parent's opacity
+    ``o``: each ``1 - sqrt(1 - o)`` (Bulò et al. 2024).
+
+    Example:
+        >>> import torch
+        >>> o = torch.sigmoid(revised_logits(torch.logit(torch.tensor([0.75]))))
+        >>> round(float(1 - (1 - o) ** 2), 4)
+        0.75
+    """
+    return torch.logit(1.0 - torch.sqrt(1.0 - torch.sigmoid(logits)))
+
+
 def child_offsets(rot: Tensor, scales: Tensor, noise: Tensor) -> Tensor:
     """``[2, S, 3]`` offsets of split children: ``rot [S, 3, 3] @ (scales [S, 3] * noise
     [2, S, 3])``, as elementwise products and a sum (a batched matmul would start cuBLAS,
@@ -154,7 +167,7 @@ def split(
         elif name == "scales":
             children = torch.log(scales / shrink).repeat(2, 1)
         elif name == "opacities" and revised_opacity:
-            children = torch.logit(1.0 - torch.sqrt(1.0 - torch.sigmoid(p[sel]))).repeat(2)
+            children = revised_logits(p[sel]).repeat(2)
         else:
             children = p[sel].repeat(2, *([1] * (p.dim() - 1)))
         replace_param(

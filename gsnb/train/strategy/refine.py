@@ -94,8 +94,7 @@ def clone_split_prune(
         "scales": torch.log(scales / shrink).repeat(2, 1),
     }
     if revised_opacity:
-        opacity = torch.sigmoid(params["opacities"][parents])
-        drawn["opacities"] = torch.logit(1.0 - torch.sqrt(1.0 - opacity)).repeat(2)
+        drawn["opacities"] = ops.revised_logits(params["opacities"][parents]).repeat(2)
     # Where each row of the grown set comes from: [rest, clones, children, children].
     source = torch.cat([rest, copies, parents.repeat(2)])
 
@@ -141,7 +140,7 @@ def _fused_moments(
         if any(v.shape != p.shape for v in found[name].values()):
             return None
         tensors += [p, *found[name].values()]
-    if n == 0 or len(tensors) > 24 or not kernels.applies("refine_rows", *tensors):
+    if len(tensors) > 24 or not kernels.applies("refine_rows", *tensors):
         return None
     return found
 
@@ -163,9 +162,7 @@ def _fused(
     n = params["means"].shape[0]
     log_s, logits = params["scales"].detach(), params["opacities"].detach()
     clone, split = clone.to(log_s.device), split.to(log_s.device)
-    child_logits = logits
-    if revised_opacity:
-        child_logits = torch.logit(1.0 - torch.sqrt(1.0 - torch.sigmoid(logits)))
+    child_logits = ops.revised_logits(logits) if revised_opacity else logits
     child_doomed = doomed(child_logits, torch.log(log_s.exp() / shrink))
     keep = ~doomed(logits, log_s)
     # The plan's rows (csrc/launch.h's RefinePlanRow), then the clones for the count.

@@ -8,7 +8,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 10;
+  m.attr("ABI_VERSION") = 11;
   // Every entry point runs without the GIL: each only launches work on a stream (binning
   // also waits for its count), so another Python thread -- training beside a viewer or a
   // notebook's widgets -- runs meanwhile instead of waiting for this one's GPU.

@@ -20,6 +20,7 @@ inline std::string dtype_name(at::ScalarType dtype) {
     case at::kDouble: return "float64";
     case at::kInt: return "int32";
     case at::kLong: return "int64";
+    case at::kByte: return "uint8";
     default: return c10::toString(dtype);
   }
 }

@@ -188,8 +188,11 @@ inline dim3 grid_over(int width, int height, int64_t batch, const Shape& s) {
 }
 
 // The SSIM map and/or the per-block partial sums [blocks, 3], and the derivative maps
-// (d_mu, d_xx and d_xy nullptr without a backward).
+// (d_mu, d_xx and d_xy nullptr without a backward). y may be 8-bit (the photo; v / 255).
 void launch_ssim_forward(const float* x, const float* y, const Shape& s, const dim3& grid,
+                         double sigma, double c1, double c2, float* map, float* d_mu,
+                         float* d_xx, float* d_xy, float* partials, cudaStream_t stream);
+void launch_ssim_forward(const float* x, const uint8_t* y, const Shape& s, const dim3& grid,
                          double sigma, double c1, double c2, float* map, float* d_mu,
                          float* d_xx, float* d_xy, float* partials, cudaStream_t stream);
 
@@ -201,6 +204,10 @@ void launch_photometric_finish(const float* partials, int64_t blocks, double inv
 // v_x [batch, H, W, C] from the SSIM map's gradient v_map, or without it (nullptr) from the
 // photometric loss's incoming gradients lg.
 void launch_ssim_backward(const float* x, const float* y, const Shape& s, int64_t batch,
+                          double sigma, const float* v_map, const LossGrads& lg,
+                          const float* d_mu, const float* d_xx, const float* d_xy, float* v_x,
+                          cudaStream_t stream);
+void launch_ssim_backward(const float* x, const uint8_t* y, const Shape& s, int64_t batch,
                           double sigma, const float* v_map, const LossGrads& lg,
                           const float* d_mu, const float* d_xx, const float* d_xy, float* v_x,
                           cudaStream_t stream);

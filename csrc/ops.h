@@ -115,7 +115,8 @@ at::Tensor ssim_backward(
     const at::Tensor& d_mu, const at::Tensor& d_xx, const at::Tensor& d_xy, int64_t pad,
     double sigma);
 
-// The 3DGS photometric loss from the fused SSIM kernels, no SSIM map written.
+// The 3DGS photometric loss from the fused SSIM kernels, no SSIM map written. img2 (the
+// photo) is float32 or uint8, read as v / 255 (bytes_to_float's values on a GPU).
 // -> stats [4] (loss = (1 - lambda) L1 + lambda (1 - SSIM), L1, SSIM, MSE) and, with_grad,
 //    the SSIM derivative maps photometric_backward takes.
 std::vector<at::Tensor> photometric_forward(
@@ -163,8 +164,9 @@ void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double 
 // stored parameters (log-scales, opacity logits, sh0 [N,1,3] and shN [N,K-1,3]), classic or
 // antialiased, through the 3D filter's variances filter3d [N] (optional, project_forward's),
 // without depth, over backgrounds [1,3] (optional), then the photometric loss against
-// target [1,H,W,3] (photometric_forward's pad, sigma, c1, c2 and lambda), then the gradients
-// of the loss by the backward entry points above: what autograd computes from the same calls.
+// target [1,H,W,3] float32 or uint8 (photometric_forward's pad, sigma, c1, c2 and lambda),
+// then the gradients of the loss by the backward entry points above: what autograd computes
+// from the same calls.
 // -> stats [4] (loss, L1, SSIM, MSE), v_means [N,3], v_quats [N,4], v_scales [N,3],
 //    v_opacities [N], v_sh0 [N,1,3], v_shN (shape of shN), means2d [1,N,2], v_means2d [1,N,2],
 //    radii [1,N,2] int32, with absgrad |v_means2d| summed per pixel [1,N,2] (else empty),

@@ -1,6 +1,8 @@
 // Fused SSIM (Wang et al. 2004) with an 11x11 Gaussian window, for the training loss.
-// Images are [B, H, W, C] float32. The forward pass blurs the five local moments
-// (mu_x, mu_y, E[x^2], E[y^2], E[xy]) separably in shared memory and writes the SSIM map
+// Images are [B, H, W, C] float32; the second (the photo) may be uint8, read as torch's
+// bytes_to_float makes it on a GPU. The forward pass stages (x, y) pairs in shared memory,
+// blurs the five local moments (mu_x, mu_y, E[x^2], E[y^2], E[xy]) along rows from them
+// (the products made as they are read) and then down columns, and writes the SSIM map
 // with its derivatives with respect to mu_x, E[x^2] and E[xy]; the backward pass blurs
 // those derivatives (times the incoming gradient) back onto the pixels of x.
 // Output pixel (oy, ox) averages input rows oy - pad .. oy - pad + 10 (zero outside).
@@ -36,6 +38,14 @@ __device__ __forceinline__ int64_t at_pixel(int b, int y, int x, int c, int h, i
   return ((static_cast<int64_t>(b) * h + y) * w + x) * ch + c;
 }
 
+__device__ __forceinline__ float value_at(const float* __restrict__ p, int64_t at) { return p[at]; }
+
+// An 8-bit value as torch's bytes_to_float gives it on a GPU: v * (1 / 255) in float32
+// (its division by a host scalar multiplies by the reciprocal).
+__device__ __forceinline__ float value_at(const uint8_t* __restrict__ p, int64_t at) {
+  return static_cast<float>(p[at]) * (1.0f / 255.0f);
+}
+
 // Two adjacent taps of a blur from kWin + 1 consecutive values v(0) .. v(kWin):
 // a0 += sum_k w[k] v(k), a1 += sum_k w[k] v(k + 1); each value is read once.
 template <typename Read>
@@ -68,6 +78,35 @@ __device__ __forceinline__ void blur_rows(
   }
 }
 
+// The forward's horizontal pass: out[t][r][j] = sum_k w[k] m_t(in[r][j + k]) for the five
+// moments m = (x, y, x^2, y^2, xy) of each staged pair, two columns j, j + 1 per thread and
+// step; the same sums, in the same order, as blur_rows over the five products.
+__device__ __forceinline__ void blur_moment_rows(const float2 (*in)[kSpanX + 1],
+                                                 float (*out)[kSpanY][kSsimTile + 1],
+                                                 const Window& win) {
+  constexpr int kPairs = kSsimTile / 2;
+  const int tid = threadIdx.y * kSsimTile + threadIdx.x;
+  for (int i = tid; i < kSpanY * kPairs; i += kThreads) {
+    const int r = i / kPairs, j = 2 * (i % kPairs);
+    float a0[5] = {0.f, 0.f, 0.f, 0.f, 0.f}, a1[5] = {0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int k = 0; k <= kWin; ++k) {
+      const float2 v = in[r][j + k];
+      const float m[5] = {v.x, v.y, v.x * v.x, v.y * v.y, v.x * v.y};
+#pragma unroll
+      for (int t = 0; t < 5; ++t) {
+        if (k < kWin) a0[t] += win.w[k] * m[t];
+        if (k > 0) a1[t] += win.w[k - 1] * m[t];
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < 5; ++t) {
+      out[t][r][j] = a0[t];
+      out[t][r][j + 1] = a1[t];
+    }
+  }
+}
+
 // Vertical pass for a thread's two rows 2 threadIdx.y and 2 threadIdx.y + 1 of column
 // threadIdx.x: m0[t], m1[t] = the blurred h[t] there.
 static_assert(kSsimRows == 2 * kSsimTile, "a block's kSsimTile thread rows take two rows each");
@@ -86,12 +125,14 @@ __device__ __forceinline__ void blur_columns(const float (*h)[kSpanY][kSsimTile 
 // map (or partials) may be nullptr; partials [blocks, 3]: this block's sums of SSIM over its
 // outputs and of |x - y| and (x - y)^2 over its inputs (the last tile row and column also
 // take the input rows and columns past the last output).
+template <typename Y>
 __global__ void __launch_bounds__(kThreads) ssim_forward_kernel(
-    const float* __restrict__ x, const float* __restrict__ y, Shape s, Window win, float c1,
+    const float* __restrict__ x, const Y* __restrict__ y, Shape s, Window win, float c1,
     float c2, float* __restrict__ map, float* __restrict__ d_mu, float* __restrict__ d_xx,
     float* __restrict__ d_xy, float* __restrict__ partials) {
-  // in: x, y, x^2, y^2, xy over the span; h: the same blurred along rows.
-  __shared__ float in[5][kSpanY][kSpanX + 1];
+  // in: (x, y) over the span (a row of 27 pairs: the two half-warps' rows of a 64-bit read
+  // fall on different banks); h: x, y, x^2, y^2, xy blurred along rows.
+  __shared__ float2 in[kSpanY][kSpanX + 1];
   __shared__ float h[5][kSpanY][kSsimTile + 1];
   const int b = blockIdx.z / s.C, c = blockIdx.z % s.C;
   const int oy0 = blockIdx.y * kSsimRows, ox0 = blockIdx.x * kSsimTile;
@@ -104,16 +145,12 @@ __global__ void __launch_bounds__(kThreads) ssim_forward_kernel(
     if (py >= 0 && py < s.H && px >= 0 && px < s.W) {
       const int64_t at = at_pixel(b, py, px, c, s.H, s.W, s.C);
       u = x[at];
-      v = y[at];
+      v = value_at(y, at);
     }
-    in[0][r][q] = u;
-    in[1][r][q] = v;
-    in[2][r][q] = u * u;
-    in[3][r][q] = v * v;
-    in[4][r][q] = u * v;
+    in[r][q] = make_float2(u, v);
   }
   __syncthreads();
-  blur_rows<5>(in, h, win);
+  blur_moment_rows(in, h, win);
   __syncthreads();
   float m[2][5];
   blur_columns<5>(h, win, m[0], m[1]);
@@ -149,7 +186,8 @@ __global__ void __launch_bounds__(kThreads) ssim_forward_kernel(
   float l1 = 0.f, sq = 0.f;
   for (int k = tid; k < rows * cols; k += kThreads) {
     const int r = k / cols + s.pad, q = k % cols + s.pad;  // span coordinates
-    const float d = in[0][r][q] - in[1][r][q];
+    const float2 p = in[r][q];
+    const float d = p.x - p.y;
     l1 += fabsf(d);
     sq += d * d;
   }
@@ -183,8 +221,9 @@ __device__ __forceinline__ float grad_or_zero(const float* g) { return g != null
 
 // v_map [B, Ho, Wo, C] is the SSIM map's gradient; without it (nullptr) the gradients of the
 // photometric loss's outputs in `lg` apply.
+template <typename Y>
 __global__ void __launch_bounds__(kThreads) ssim_backward_kernel(
-    const float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ v_map,
+    const float* __restrict__ x, const Y* __restrict__ y, const float* __restrict__ v_map,
     LossGrads lg, const float* __restrict__ d_mu, const float* __restrict__ d_xx,
     const float* __restrict__ d_xy, Shape s, Window win, float* __restrict__ v_x) {
   // d loss / d ssim_map (the same at every output) and the L1 and MSE weights.
@@ -225,7 +264,7 @@ __global__ void __launch_bounds__(kThreads) ssim_backward_kernel(
     const int py = iy0 + 2 * threadIdx.y + r, px = ix0 + threadIdx.x;
     if (py >= s.H || px >= s.W) continue;
     const int64_t at = at_pixel(b, py, px, c, s.H, s.W, s.C);
-    const float xv = x[at], yv = y[at];
+    const float xv = x[at], yv = value_at(y, at);
     float v = m[r][0] + 2.f * xv * m[r][1] + yv * m[r][2];
     if (v_map == nullptr) {
       const float d = xv - yv;
@@ -247,14 +286,36 @@ Window gaussian_window(double sigma) {
   return win;
 }
 
+template <typename Y>
+void ssim_forward_as(const float* x, const Y* y, const Shape& s, const dim3& grid, double sigma,
+                     double c1, double c2, float* map, float* d_mu, float* d_xx, float* d_xy,
+                     float* partials, cudaStream_t stream) {
+  ssim_forward_kernel<Y><<<grid, dim3(kSsimTile, kSsimTile), 0, stream>>>(
+      x, y, s, gaussian_window(sigma), static_cast<float>(c1), static_cast<float>(c2), map, d_mu,
+      d_xx, d_xy, partials);
+}
+
+template <typename Y>
+void ssim_backward_as(const float* x, const Y* y, const Shape& s, int64_t batch, double sigma,
+                      const float* v_map, const LossGrads& lg, const float* d_mu,
+                      const float* d_xx, const float* d_xy, float* v_x, cudaStream_t stream) {
+  ssim_backward_kernel<Y><<<grid_over(s.W, s.H, batch, s), dim3(kSsimTile, kSsimTile), 0,
+                            stream>>>(x, y, v_map, lg, d_mu, d_xx, d_xy, s,
+                                      gaussian_window(sigma), v_x);
+}
+
 }  // namespace
 
 void launch_ssim_forward(const float* x, const float* y, const Shape& s, const dim3& grid,
                          double sigma, double c1, double c2, float* map, float* d_mu,
                          float* d_xx, float* d_xy, float* partials, cudaStream_t stream) {
-  ssim_forward_kernel<<<grid, dim3(kSsimTile, kSsimTile), 0, stream>>>(
-      x, y, s, gaussian_window(sigma), static_cast<float>(c1), static_cast<float>(c2), map, d_mu,
-      d_xx, d_xy, partials);
+  ssim_forward_as(x, y, s, grid, sigma, c1, c2, map, d_mu, d_xx, d_xy, partials, stream);
+}
+
+void launch_ssim_forward(const float* x, const uint8_t* y, const Shape& s, const dim3& grid,
+                         double sigma, double c1, double c2, float* map, float* d_mu,
+                         float* d_xx, float* d_xy, float* partials, cudaStream_t stream) {
+  ssim_forward_as(x, y, s, grid, sigma, c1, c2, map, d_mu, d_xx, d_xy, partials, stream);
 }
 
 void launch_photometric_finish(const float* partials, int64_t blocks, double inv_outputs,
@@ -268,9 +329,14 @@ void launch_ssim_backward(const float* x, const float* y, const Shape& s, int64_
                           double sigma, const float* v_map, const LossGrads& lg,
                           const float* d_mu, const float* d_xx, const float* d_xy, float* v_x,
                           cudaStream_t stream) {
-  ssim_backward_kernel<<<grid_over(s.W, s.H, batch, s), dim3(kSsimTile, kSsimTile), 0,
-                         stream>>>(x, y, v_map, lg, d_mu, d_xx, d_xy, s, gaussian_window(sigma),
-                                   v_x);
+  ssim_backward_as(x, y, s, batch, sigma, v_map, lg, d_mu, d_xx, d_xy, v_x, stream);
+}
+
+void launch_ssim_backward(const float* x, const uint8_t* y, const Shape& s, int64_t batch,
+                          double sigma, const float* v_map, const LossGrads& lg,
+                          const float* d_mu, const float* d_xx, const float* d_xy, float* v_x,
+                          cudaStream_t stream) {
+  ssim_backward_as(x, y, s, batch, sigma, v_map, lg, d_mu, d_xx, d_xy, v_x, stream);
 }
 
 }  // namespace gsnb

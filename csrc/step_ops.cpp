@@ -29,7 +29,9 @@ std::vector<at::Tensor> train_forward_backward(
     const std::optional<at::Tensor>& filter3d, int64_t capacity) {
   const char* who = "train_forward_backward";
   const auto device = means.device();
-  check_input(target, device, who, "target");
+  // The photo as float32 in [0, 1] or as its bytes (read as v / 255, bytes_to_float's values).
+  check_input(target, device, who, "target",
+              target.defined() && target.scalar_type() == at::kByte ? at::kByte : at::kFloat);
   TORCH_CHECK(viewmats.dim() == 3 && viewmats.size(0) == 1, who,
               ": one camera, viewmats [1, 4, 4], got ", viewmats.sizes());
   TORCH_CHECK(target.dim() == 4 && target.size(0) == 1 && target.size(1) == height &&

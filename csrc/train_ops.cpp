@@ -26,10 +26,10 @@ namespace gsnb {
 
 namespace {
 
-// t is a contiguous float32 [B, H, W, C] on `device`; `who` names the caller in errors.
+// t is a contiguous [B, H, W, C] of `dtype` on `device`; `who` names the caller in errors.
 void check_image(const at::Tensor& t, const at::Device& device, const char* who,
-                 const char* name) {
-  check_input(t, device, who, name);
+                 const char* name, at::ScalarType dtype = at::kFloat) {
+  check_input(t, device, who, name, dtype);
   TORCH_CHECK(t.dim() == 4, who, ": ", name, " must be [B, H, W, C], got ", t.sizes());
 }
 
@@ -47,10 +47,13 @@ Shape make_shape(const at::Tensor& img, int64_t pad) {
   return s;
 }
 
-// The checked layout of an image pair; `who` names the caller in errors.
-Shape pair_shape(const at::Tensor& img1, const at::Tensor& img2, int64_t pad, const char* who) {
+// The checked layout of an image pair; `who` names the caller in errors. With `bytes`, img2
+// may be uint8 (a photo, read as v / 255) as well as float32.
+Shape pair_shape(const at::Tensor& img1, const at::Tensor& img2, int64_t pad, const char* who,
+                 bool bytes = false) {
   check_image(img1, img1.device(), who, "img1");
-  check_image(img2, img1.device(), who, "img2");
+  const bool is_bytes = bytes && img2.defined() && img2.scalar_type() == at::kByte;
+  check_image(img2, img1.device(), who, "img2", is_bytes ? at::kByte : at::kFloat);
   TORCH_CHECK(img1.sizes() == img2.sizes(), who, ": images differ in shape: ", img1.sizes(),
               " and ", img2.sizes());
   return make_shape(img1, pad);
@@ -72,20 +75,31 @@ void check_maps(std::initializer_list<const at::Tensor*> maps, const at::Tensor&
 void launch_forward(const at::Tensor& img1, const at::Tensor& img2, const Shape& s,
                     const dim3& grid, double sigma, double c1, double c2, float* map,
                     const std::array<at::Tensor, 3>& d, bool with_grad, float* partials) {
-  launch_ssim_forward(
-      img1.data_ptr<float>(), img2.data_ptr<float>(), s, grid, sigma, c1, c2, map,
-      with_grad ? d[0].data_ptr<float>() : nullptr, with_grad ? d[1].data_ptr<float>() : nullptr,
-      with_grad ? d[2].data_ptr<float>() : nullptr, partials, c10::cuda::getCurrentCUDAStream());
+  float* d_mu = with_grad ? d[0].data_ptr<float>() : nullptr;
+  float* d_xx = with_grad ? d[1].data_ptr<float>() : nullptr;
+  float* d_xy = with_grad ? d[2].data_ptr<float>() : nullptr;
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  if (img2.scalar_type() == at::kByte)
+    launch_ssim_forward(img1.data_ptr<float>(), img2.data_ptr<uint8_t>(), s, grid, sigma, c1, c2,
+                        map, d_mu, d_xx, d_xy, partials, stream);
+  else
+    launch_ssim_forward(img1.data_ptr<float>(), img2.data_ptr<float>(), s, grid, sigma, c1, c2,
+                        map, d_mu, d_xx, d_xy, partials, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 void launch_backward(const at::Tensor& img1, const at::Tensor& img2, const Shape& s,
                      double sigma, const float* v_map, const LossGrads& lg, const at::Tensor& d_mu,
                      const at::Tensor& d_xx, const at::Tensor& d_xy, at::Tensor& v_x) {
-  launch_ssim_backward(img1.data_ptr<float>(), img2.data_ptr<float>(), s, img1.size(0), sigma,
-                       v_map, lg, d_mu.data_ptr<float>(), d_xx.data_ptr<float>(),
-                       d_xy.data_ptr<float>(), v_x.data_ptr<float>(),
-                       c10::cuda::getCurrentCUDAStream());
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  if (img2.scalar_type() == at::kByte)
+    launch_ssim_backward(img1.data_ptr<float>(), img2.data_ptr<uint8_t>(), s, img1.size(0),
+                         sigma, v_map, lg, d_mu.data_ptr<float>(), d_xx.data_ptr<float>(),
+                         d_xy.data_ptr<float>(), v_x.data_ptr<float>(), stream);
+  else
+    launch_ssim_backward(img1.data_ptr<float>(), img2.data_ptr<float>(), s, img1.size(0), sigma,
+                         v_map, lg, d_mu.data_ptr<float>(), d_xx.data_ptr<float>(),
+                         d_xy.data_ptr<float>(), v_x.data_ptr<float>(), stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -117,7 +131,7 @@ std::vector<at::Tensor> ssim_forward(
 std::vector<at::Tensor> photometric_forward(
     const at::Tensor& img1, const at::Tensor& img2, int64_t pad, double sigma, double c1,
     double c2, double lambda, bool with_grad) {
-  const Shape s = pair_shape(img1, img2, pad, "photometric loss");
+  const Shape s = pair_shape(img1, img2, pad, "photometric loss", /*bytes=*/true);
   TORCH_CHECK(img1.numel() > 0, "photometric loss: empty images");
   const at::cuda::CUDAGuard guard(img1.device());
   const int64_t B = img1.size(0);
@@ -155,7 +169,7 @@ at::Tensor photometric_backward(
     const at::Tensor& d_xx, const at::Tensor& d_xy, int64_t pad, double sigma, double lambda,
     const std::optional<at::Tensor>& g_loss, const std::optional<at::Tensor>& g_l1,
     const std::optional<at::Tensor>& g_ssim, const std::optional<at::Tensor>& g_mse) {
-  const Shape s = pair_shape(img1, img2, pad, "photometric_backward");
+  const Shape s = pair_shape(img1, img2, pad, "photometric_backward", /*bytes=*/true);
   const at::cuda::CUDAGuard guard(img1.device());
   check_maps({&d_mu, &d_xx, &d_xy}, img1, s, "photometric_backward");
   auto scalar = [&](const std::optional<at::Tensor>& g) -> const float* {

@@ -331,7 +331,7 @@ def ssim_backward(
 def photometric_forward(
     *,
     img1: Tensor,  # [B, H, W, ch] the render
-    img2: Tensor,  # [B, H, W, ch] the target
+    img2: Tensor,  # [B, H, W, ch] the target, float32 or uint8 (read as v / 255)
     pad: int,
     sigma: float,
     c1: float,
@@ -347,7 +347,7 @@ def photometric_forward(
 def photometric_backward(
     *,
     img1: Tensor,  # [B, H, W, ch]
-    img2: Tensor,  # [B, H, W, ch]
+    img2: Tensor,  # [B, H, W, ch] float32 or uint8, as photometric_forward's
     d_mu: Tensor,  # [B, Ho, Wo, ch]
     d_xx: Tensor,  # [B, Ho, Wo, ch]
     d_xy: Tensor,  # [B, Ho, Wo, ch]
@@ -461,7 +461,7 @@ def train_forward_backward(
     far_plane: float,
     sh_degree: int,
     backgrounds: Tensor | None,  # [1, 3]
-    target: Tensor,  # [1, H, W, 3]
+    target: Tensor,  # [1, H, W, 3] float32 in [0, 1] or uint8 (read as v / 255)
     pad: int,
     sigma: float,
     c1: float,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from gsnb import kernels
@@ -51,8 +52,9 @@ class StepGrads:
 
 def applies(splats: MutableMapping[str, Tensor], target: Tensor) -> bool:
     """Whether :func:`forward_backward` takes these parameters and ``target [H, W, 3]``:
-    float32 CUDA tensors on one device, at least one Gaussian, an image no smaller than the
-    SSIM window, and an extension built with the fused step.
+    float32 CUDA tensors on one device (the target float32 or uint8, contiguous), at least
+    one Gaussian, an image no smaller than the SSIM window, and an extension built with the
+    fused step.
 
     Example:
         >>> import torch
@@ -65,7 +67,11 @@ def applies(splats: MutableMapping[str, Tensor], target: Tensor) -> bool:
         return False
     if splats["means"].shape[0] == 0 or target.requires_grad:
         return False
-    return kernels.applies(_OP, target, *(splats[k] for k in SPLAT_KEYS))
+    params = [splats[k] for k in SPLAT_KEYS]
+    if target.dtype == torch.uint8:  # the photo's bytes: read as bytes_to_float would make them
+        on_device = target.is_contiguous() and target.device == params[0].device
+        return on_device and kernels.applies(_OP, *params)
+    return kernels.applies(_OP, target, *params)
 
 
 def forward_backward(
@@ -101,7 +107,8 @@ def forward_backward(
         width, height: the image size in pixels.
         sh_degree: the SH degree to evaluate (at most the model's).
         background: ``[3]`` composited under the splats, or None for black.
-        target: ``[height, width, 3]`` the photo.
+        target: ``[height, width, 3]`` the photo: float32 in [0, 1], or its uint8 values,
+            read as :func:`gsnb.data.dataset.bytes_to_float` makes them (no float copy).
         ssim_lambda: the weight of ``1 - SSIM`` in the loss.
         absgrad: also sum the absolute screen-space gradients (AbsGS).
         antialiased: gsplat's ``rasterize_mode="antialiased"`` (Mip-Splatting's 2D filter).

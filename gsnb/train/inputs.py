@@ -194,11 +194,32 @@ class ViewImages:
         order) start copying to the device now; a view not copied ahead is copied
         at once.
         """
+        return bytes_to_float(self.image_bytes(idx, upcoming))
+
+    def image_bytes(self, idx: int, upcoming: Sequence[int] = ()) -> Tensor:
+        """View ``idx``'s 8-bit image ``[height, width, 3]`` uint8 on ``device``: what
+        :meth:`image` converts, for kernels that read the bytes themselves.
+
+        ``upcoming`` as for :meth:`image`. A host-resident image comes in a staging buffer
+        that is not reused before the work queued on the current stream until the next call
+        of :meth:`image` or :meth:`image_bytes` has read it: read it on that stream, before
+        that call.
+
+        Example:
+            >>> import tempfile
+            >>> from gsnb.data.dataset import load_dataset
+            >>> from gsnb.data.synthetic import make_synthetic_scene
+            >>> data = load_dataset(make_synthetic_scene(tempfile.mkdtemp(), num_views=3, size=16))
+            >>> train = ViewImages(data.train, torch.device("cpu"))
+            >>> photo = train.image_bytes(1)
+            >>> photo.dtype, tuple(photo.shape), bool(train.image(1).eq(photo / 255).all())
+            (torch.uint8, (16, 16, 3), True)
+        """
         if self.images_on == "gpu":
-            return bytes_to_float(self.stored[idx])
+            return self.stored[idx]
         if self._staging is None:
-            return bytes_to_float(self.stored[idx].to(self.device))
-        return self._staging.image(idx, upcoming)
+            return self.stored[idx].to(self.device)
+        return self._staging.image_bytes(idx, upcoming)
 
     @property
     def images(self) -> Sequence[Tensor]:
@@ -248,7 +269,9 @@ class _Staging:
 
     Each buffer has an event for "copied" (side stream) and one for "read" (the training
     stream): a copy waits until the step that read the buffer before is done with it, and a
-    step waits for its copy. Nothing is allocated per step.
+    step waits for its copy. A buffer handed out is read by the work its step queues after
+    it, so its "read" is recorded on the next call, behind that work. Nothing is allocated
+    per step.
     """
 
     def __init__(self, device: torch.device, stored: list[Tensor]) -> None:
@@ -261,17 +284,21 @@ class _Staging:
         self.copied = [torch.cuda.Event() for _ in self.buffers]
         self.read = [torch.cuda.Event() for _ in self.buffers]
         self.slot_of: dict[int, int] = {}  # view -> buffer holding (or receiving) it
+        self.handed: int | None = None  # the buffer handed out last, its "read" not recorded
 
-    def image(self, idx: int, upcoming: Sequence[int]) -> Tensor:
+    def image_bytes(self, idx: int, upcoming: Sequence[int]) -> Tensor:
         main = torch.cuda.current_stream(self.device)
+        if self.handed is not None:  # the work that read it is queued by now
+            self.read[self.handed].record(main)
+            self.handed = None
         slot = self.slot_of.pop(idx, None)
         if slot is None:  # not copied ahead: copy now, on the training stream
             slot = self._free_slot(set())
             self._fill(slot, idx, main)
         main.wait_event(self.copied[slot])
         shape = self.stored[idx].shape
-        out = bytes_to_float(self.buffers[slot][: self.stored[idx].numel()].view(shape))
-        self.read[slot].record(main)
+        out = self.buffers[slot][: self.stored[idx].numel()].view(shape)
+        self.handed = slot
         wanted = [j for j in dict.fromkeys(upcoming) if j != idx][: len(self.buffers) - 1]
         for j in [j for j in self.slot_of if j not in wanted]:
             del self.slot_of[j]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import Tensor
 
+from gsnb.data.dataset import bytes_to_float
 from gsnb.model import GaussianModel, checked_background
 from gsnb.raster import RenderResult
 from gsnb.train import batch, fused_step, regularizers
@@ -468,27 +469,29 @@ class Trainer(TrainingControl):
             info["process_group"] = group
         else:
             idx = self._order.next()
-            target = self.train_images.image(idx, self._order.peek(PREFETCH))
-            height, width = target.shape[:2]
+            # The photo's bytes: the fused step reads them, other paths take its floats.
+            photo = self.train_images.image_bytes(idx, self._order.peek(PREFETCH))
+            height, width = photo.shape[:2]
             viewmat, K = self.train_images.cameras[idx]
             degree = self.sh_degree_now
             bg = step_background(self.background, cfg.random_background, self._gen)
             self.optimizer.clear_grads()
 
             info = {"width": width, "height": height, "n_cameras": 1}
-            if self._fuses(idx, target):  # render, loss and backward pass in one call
+            if self._fuses(idx, photo):  # render, loss and backward pass in one call
                 # Room for the intersections, where the gate can discard a render that
                 # lacks some (skip_nonfinite): then binning does not wait for their count.
                 if cfg.skip_nonfinite:
                     capacity = self._bins.capacity(idx, self.num_gaussians)
                 fused = fused_step.forward_backward(
-                    self.model.splats, viewmat, K, width, height, degree, bg, target,
+                    self.model.splats, viewmat, K, width, height, degree, bg, photo,
                     cfg.ssim_lambda, self.strategy.absgrad,
                     antialiased=cfg.rasterize_mode == "antialiased",
                     filter3d=self._filter3d_variances(), capacity=capacity,
                 )  # fmt: skip
                 info |= {"means2d": fused.means2d, "radii": fused.radii, "absgrad": fused.absgrad}
             else:
+                target = bytes_to_float(photo)
                 out = self._render(
                     viewmat, K, width, height, degree, bg, self.strategy.absgrad, view=idx
                 )

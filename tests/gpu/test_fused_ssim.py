@@ -12,6 +12,8 @@ import doctest
 import pytest
 import torch
 
+from gsnb import kernels
+from gsnb.data.dataset import bytes_to_float
 from gsnb.train import fused_ssim
 from gsnb.train.losses import SSIM_C1, SSIM_C2, photometric_loss, photometric_terms, ssim
 
@@ -114,3 +116,38 @@ def test_target_with_gradient_takes_pytorch_path(cuda_ext):
 def test_docstring_examples(cuda_ext):
     result = doctest.testmod(fused_ssim)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("shape", [(2, 37, 53, 3), (1, 540, 960, 3)])
+def test_photometric_reads_a_photos_bytes_as_bytes_to_float(cuda_ext, shape):
+    # The kernels read an 8-bit target as v / 255 themselves: the same loss, terms and
+    # gradient, bit for bit, as from the float32 image bytes_to_float makes on the GPU.
+    x, _ = images(shape, seed=5)
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    photo = torch.randint(0, 256, shape, generator=gen, device="cuda", dtype=torch.uint8)
+    photo[0, :2] = torch.tensor([0, 255], dtype=torch.uint8, device="cuda")[:, None, None]
+    common = {"pad": 0, "sigma": 1.5, "c1": SSIM_C1, "c2": SSIM_C2, "lam": 0.2}
+    outs = {}
+    for name, target in (("bytes", photo), ("floats", bytes_to_float(photo))):
+        stats, d_mu, d_xx, d_xy = kernels.photometric_forward(
+            img1=x, img2=target, with_grad=True, **common
+        )
+        one = torch.ones((), device="cuda")
+        v_x = kernels.photometric_backward(
+            img1=x, img2=target, d_mu=d_mu, d_xx=d_xx, d_xy=d_xy, pad=0, sigma=1.5, lam=0.2,
+            g_loss=one, g_l1=0.5 * one, g_ssim=None, g_mse=2 * one,
+        )  # fmt: skip
+        outs[name] = [stats, d_mu, d_xx, d_xy, v_x]
+    for a, b in zip(outs["bytes"], outs["floats"], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_only_the_photometric_pair_takes_bytes(cuda_ext):
+    x, _ = images((1, 16, 16, 3))
+    photo = torch.zeros((1, 16, 16, 3), dtype=torch.uint8, device="cuda")
+    with pytest.raises(RuntimeError, match="img2 must be a contiguous float32"):
+        kernels.ssim_forward(img1=x, img2=photo, pad=0, sigma=1.5, c1=SSIM_C1, c2=SSIM_C2,
+                             with_grad=False)  # fmt: skip
+    with pytest.raises(RuntimeError, match="img1 must be a contiguous float32"):
+        kernels.photometric_forward(img1=photo, img2=x, pad=0, sigma=1.5, c1=SSIM_C1,
+                                    c2=SSIM_C2, lam=0.2, with_grad=False)  # fmt: skip

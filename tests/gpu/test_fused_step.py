@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import gsnb
+from gsnb.data.dataset import bytes_to_float
 from gsnb.train import TrainConfig, Trainer, fused_step
 from gsnb.train.filter3d import apply_filter3d
 from gsnb.train.health import TrainingHealthWarning
@@ -83,6 +84,22 @@ def test_fused_step_matches_autograd(cuda_ext, sh_degree, degree, absgrad, backg
     else:
         assert got.absgrad is None
     print({k: f"{v:.1e}" for k, v in errors.items()})
+    assert max(errors.values()) < GRAD_TOL, errors
+
+
+def test_fused_step_reads_the_photos_bytes_as_their_floats(cuda_ext):
+    splats, viewmats, Ks, target = inputs(3, seed=2)
+    photo = (target * 255).round().to(torch.uint8)
+    outs = []
+    for image in (photo, bytes_to_float(photo)):
+        params = {k: v.clone().requires_grad_(True) for k, v in splats.items()}
+        got = fused_step.forward_backward(
+            params, viewmats[0], Ks[0], WIDTH, HEIGHT, 3, None, image, 0.2
+        )
+        outs.append((got, params))
+    (a, pa), (b, pb) = outs
+    assert torch.equal(a.stats, b.stats)  # the forward pass sums in a fixed order
+    errors = {k: rel_err(pa[k].grad, pb[k].grad) for k in STORED if pb[k].grad.numel()}
     assert max(errors.values()) < GRAD_TOL, errors
 
 
@@ -183,6 +200,10 @@ def test_the_3d_filter_changes_the_fused_step(cuda_ext):
 def test_applies_only_where_the_kernels_take_the_tensors(cuda_ext):
     splats, _, _, target = inputs(1)
     assert fused_step.applies(splats, target)
+    photo = (target * 255).round().to(torch.uint8)
+    assert fused_step.applies(splats, photo)
+    assert not fused_step.applies(splats, photo.cpu())
+    assert not fused_step.applies(splats, photo.transpose(0, 1))  # not contiguous
     assert not fused_step.applies(splats, target[:8])  # smaller than the SSIM window
     assert not fused_step.applies(splats, target.double())
     assert not fused_step.applies({k: v[:0] for k, v in splats.items()}, target)
@@ -190,12 +211,13 @@ def test_applies_only_where_the_kernels_take_the_tensors(cuda_ext):
 
 
 def train(data, steps: int, fused: bool, strategy=None, **config) -> tuple[Trainer, int]:
-    calls = 0
+    calls, targets = 0, set()
     real = fused_step.forward_backward
 
     def counted(*args, **kwargs):
         nonlocal calls
         calls += 1
+        targets.add(args[7].dtype)
         return real(*args, **kwargs)
 
     cfg = TrainConfig(**({"steps": steps, "device": "cuda", "backend": "cuda", "seed": 5} | config))
@@ -209,6 +231,7 @@ def train(data, steps: int, fused: bool, strategy=None, **config) -> tuple[Train
     finally:
         fused_step.forward_backward = real
     torch.cuda.synchronize()
+    assert targets <= {torch.uint8}  # the photo's bytes, no float copy of them
     return trainer, calls
 
 

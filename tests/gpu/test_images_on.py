@@ -49,3 +49,21 @@ def test_auto_keeps_small_captures_on_the_gpu(cuda_ext, tmp_path):
     data = build_scene(tmp_path / "scene", size=32, views=3)
     trainer = Trainer(data, TrainConfig(steps=1, device="cuda", images_on="auto"))
     assert trainer.train_images.images_on == "gpu"
+
+
+def test_staged_bytes_stay_until_the_work_queued_after_them_has_read_them(cuda_ext, tmp_path):
+    # A step reads its photo's bytes in kernels queued after image_bytes returns; the copy of
+    # an upcoming view into that buffer must wait for them, however long they take.
+    data = build_scene(tmp_path / "scene", size=64, views=6, gaussians=80, points=300)
+    device = torch.device("cuda")
+    on_gpu = ViewImages(data.views, device, images_on="gpu")
+    on_host = ViewImages(data.views, device, images_on="cpu")
+    order, read = ViewOrder(len(data.views), seed=5), []
+    for _ in range(40):
+        idx = order.next()
+        photo = on_host.image_bytes(idx, order.peek(PREFETCH))
+        torch.cuda._sleep(2_000_000)  # the step's kernels before the loss reads the photo
+        read.append((idx, photo.clone()))
+    torch.cuda.synchronize()
+    for step, (idx, got) in enumerate(read):
+        assert got.dtype == torch.uint8 and torch.equal(got, on_gpu.image_bytes(idx)), step

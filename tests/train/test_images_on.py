@@ -25,9 +25,9 @@ def _params(trainer: Trainer) -> dict[str, torch.Tensor]:
 def _run(data, images_on: str, float_path: bool = False) -> Trainer:
     trainer = Trainer(data, TrainConfig(steps=6, device="cpu", seed=2, images_on=images_on))
     if float_path:
-        # Each step reads the float32 image from the file, as training did before 8-bit storage.
+        # Each step reads the image from the file, as training did before images were kept.
         views = trainer.train_images.views
-        trainer.train_images.image = lambda idx, upcoming=(): views[idx].load_image()
+        trainer.train_images.image_bytes = lambda idx, upcoming=(): views[idx].load_bytes()
     trainer.run(6)
     return trainer
 

@@ -121,5 +121,8 @@ def test_host_images_give_the_device_images_values(tmp_path: Path) -> None:
         image = on_host.image(idx, upcoming)
         assert torch.equal(image, on_device.image(idx))
         assert torch.equal(image, data.views[idx].load_image())
+        for images in (on_host, on_device):  # the bytes the floats come from
+            photo = images.image_bytes(idx, upcoming)
+            assert photo.dtype == torch.uint8 and torch.equal(photo, data.views[idx].load_bytes())
     with pytest.raises(ValueError, match="images_on must be 'gpu' or 'cpu'"):
         ViewImages(data.views, torch.device("cpu"), images_on="auto")

@@ -3,7 +3,8 @@
 // ("top", summed shifted by row 0's so that the variance keeps its digits), the log of
 // largest / smallest scale, and the mean opacity; every parameter tensor is scanned for
 // NaN and Inf, and the gradients give their sum of squares (the gradient norm) and their
-// NaN/Inf count. Accumulated in float64: per block, then the blocks in a fixed order.
+// NaN/Inf count. Accumulated in float64 (counts as integers): per thread, per block, then
+// the blocks in a fixed order.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -39,32 +40,33 @@ __device__ __forceinline__ double combine(int s, double a, double b) {
   return is_max_slot(s) ? fmax(a, b) : a + b;
 }
 
-// f(v) for the n values at p, thread `first` of a grid of `stride` threads taking every
-// stride-th one: four at a time through float4 loads where p is aligned16, so that more
-// loads are in flight per thread.
+// The 16-byte aligned float4 runs of the parameters and then the gradients, as one index
+// space, so that every thread streams its share of all of them with loads in flight (a
+// loop per tensor left most threads idle on the small ones and waited once per tensor).
+// Run r covers float4s [start[r], start[r + 1]); runs [0, params) are parameters.
+struct Runs {
+  const float4* ptr[2 * kMaxTensors];
+  int64_t start[2 * kMaxTensors + 1];
+  int count;
+  int params;
+};
+
+// The values the runs leave (all of an unaligned tensor, an aligned one's last numel % 4),
+// thread `first` of `stride` taking every stride-th.
 template <typename F>
-__device__ __forceinline__ void for_each_value(const float* __restrict__ p, int64_t n,
-                                               int64_t first, int64_t stride, F&& f) {
-  int64_t done = 0;
-  if (aligned16(p)) {
-    const float4* p4 = reinterpret_cast<const float4*>(p);
-    const int64_t n4 = n / 4;
-#pragma unroll 4
-    for (int64_t i = first; i < n4; i += stride) {
-      const float4 v = p4[i];
-      f(v.x);
-      f(v.y);
-      f(v.z);
-      f(v.w);
-    }
-    done = n4 * 4;
-  }
+__device__ __forceinline__ void for_each_leftover(const float* __restrict__ p, int64_t n,
+                                                  int64_t first, int64_t stride, F&& f) {
+  const int64_t done = aligned16(p) ? n / 4 * 4 : 0;
   for (int64_t i = done + first; i < n; i += stride) f(p[i]);
+}
+
+__device__ __forceinline__ int non_finite4(const float4& v) {
+  return !isfinite(v.x) + !isfinite(v.y) + !isfinite(v.z) + !isfinite(v.w);
 }
 
 __global__ void health_kernel(
     const float* __restrict__ scales, const float* __restrict__ opacities, int64_t n,
-    TensorList params, TensorList grads, double* __restrict__ block_out) {
+    TensorList params, TensorList grads, Runs runs, double* __restrict__ block_out) {
   // Per thread: the shifted top sums, ratio sum, opacity sum, two maxima, non-finite count.
   double top_sum = 0.0, top_sq = 0.0, ratio_sum = 0.0, opacity_sum = 0.0;
   double top_max = -INFINITY, ratio_max = -INFINITY, bad = 0.0;
@@ -86,18 +88,52 @@ __global__ void health_kernel(
     ratio_max = fmax(ratio_max, static_cast<double>(ratio));
     opacity_sum += 1.0 / (1.0 + exp(-static_cast<double>(opacities[i])));
   }
-  for (int t = 0; t < params.count; ++t)
-    for_each_value(params.ptr[t], params.numel[t], first, stride,
-                   [&](float v) { bad += isfinite(v) ? 0.0 : 1.0; });
-  double grad_sq = 0.0, grad_bad = 0.0;
-  for (int t = 0; t < grads.count; ++t)
-    for_each_value(grads.ptr[t], grads.numel[t], first, stride, [&](float v) {
-      if (isfinite(v)) {
-        grad_sq += static_cast<double>(v) * v;
-      } else {
-        grad_bad += 1.0;
+  int64_t bad_count = 0, grad_bad_count = 0;
+  double grad_sq = 0.0;
+  auto add_grad = [&](float v) {
+    if (isfinite(v)) {
+      grad_sq += static_cast<double>(v) * v;
+    } else {
+      ++grad_bad_count;
+    }
+  };
+  // Four float4s a thread and round, all loaded before any is summed; a thread's indices
+  // only grow, so its run only moves forward.
+  const int64_t total = runs.start[runs.count];
+  int r = 0;
+  for (int64_t base = first; base < total; base += 4 * stride) {
+    float4 v[4];
+    int run[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int64_t q = base + u * stride;
+      run[u] = -1;
+      if (q < total) {
+        while (q >= runs.start[r + 1]) ++r;
+        run[u] = r;
+        v[u] = runs.ptr[r][q - runs.start[r]];
       }
-    });
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (run[u] < 0) continue;
+      if (run[u] < runs.params) {
+        bad_count += non_finite4(v[u]);
+      } else {
+        add_grad(v[u].x);
+        add_grad(v[u].y);
+        add_grad(v[u].z);
+        add_grad(v[u].w);
+      }
+    }
+  }
+  for (int t = 0; t < params.count; ++t)
+    for_each_leftover(params.ptr[t], params.numel[t], first, stride,
+                      [&](float x) { bad_count += !isfinite(x); });
+  for (int t = 0; t < grads.count; ++t)
+    for_each_leftover(grads.ptr[t], grads.numel[t], first, stride, add_grad);
+  bad += static_cast<double>(bad_count);
+  const double grad_bad = static_cast<double>(grad_bad_count);
   __shared__ double partial[kSlots][kThreads / kWarpSize];
   const double mine[kSlots] = {bad,       top_max,     top_sum, top_sq,  ratio_sum,
                                ratio_max, opacity_sum, grad_sq, grad_bad};
@@ -125,7 +161,20 @@ int health_blocks(int64_t most) { return blocks_for(most, kThreads, 1024); }
 void launch_health(int blocks, const float* scales, const float* opacities, int64_t n,
                    const TensorList& params, const TensorList& grads, double* block_out,
                    cudaStream_t stream) {
-  health_kernel<<<blocks, kThreads, 0, stream>>>(scales, opacities, n, params, grads, block_out);
+  Runs runs{};
+  runs.start[0] = 0;
+  for (const TensorList* list : {&params, &grads}) {
+    for (int t = 0; t < list->count; ++t) {
+      const float* p = list->ptr[t];
+      const bool aligned = (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+      runs.ptr[runs.count] = reinterpret_cast<const float4*>(p);
+      runs.start[runs.count + 1] = runs.start[runs.count] + (aligned ? list->numel[t] / 4 : 0);
+      ++runs.count;
+    }
+    if (list == &params) runs.params = runs.count;
+  }
+  health_kernel<<<blocks, kThreads, 0, stream>>>(scales, opacities, n, params, grads, runs,
+                                                 block_out);
 }
 
 void launch_health_finish(const double* block_out, int blocks, double* out,

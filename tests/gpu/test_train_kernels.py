@@ -127,6 +127,33 @@ def test_health_kernel_matches_float64(cuda_ext, n):
     assert ours["grad_norm"] == pytest.approx(norm, rel=1e-9)
 
 
+def test_health_kernel_reads_unaligned_tensors_and_their_leftovers(cuda_ext):
+    # Tensors that start off a 16-byte boundary are read value by value, an aligned one's last
+    # numel % 4 values too; a NaN or Inf counts wherever it sits.
+    def shifted(t: torch.Tensor) -> torch.Tensor:  # the same values, one float further on
+        flat = torch.empty(t.numel() + 1, device=t.device)
+        flat[1:] = t.reshape(-1)
+        return flat[1:].view(t.shape)
+
+    s = splats(1001, seed=8)
+    grads = [torch.randn_like(p) * 1e-2 for p in s.values()]
+    want = torch_sums(s, grads).tolist()
+    moved = {k: shifted(v.detach()) if k in ("means", "shN") else v for k, v in s.items()}
+    moved_grads = [shifted(g) if i % 2 else g for i, g in enumerate(grads)]
+    assert moved["means"].data_ptr() % 16 and moved_grads[1].data_ptr() % 16
+    got = health.health_sums(moved, moved_grads).tolist()
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a == pytest.approx(b, rel=SUM_TOL, abs=1e-6), (i, a, b)
+    with torch.no_grad():
+        moved["means"][1000, 2] = math.nan  # unaligned
+        moved["quats"][1000, 3] = math.inf  # an aligned tensor's float4 run
+        moved["opacities"][1000] = -math.inf  # 1001 values: the last is a leftover
+        moved_grads[1][3, 1] = math.nan  # unaligned gradient
+        moved_grads[2][1000, 2] = math.inf  # an aligned gradient's leftover (3003 values)
+    sums = health.health_sums(moved, moved_grads).tolist()
+    assert sums[0] == 3.0 and sums[-1] == 2.0
+
+
 def test_health_kernel_counts_non_finite_values(cuda_ext):
     s = splats(2000, seed=3)
     with torch.no_grad():

@@ -144,10 +144,22 @@ __global__ void health_kernel(
 
 // One warp per slot folds the blocks' partials: lanes stride over the blocks, then a
 // shuffle tree; the order is fixed, so the result is deterministic.
+// A warp past the slots' copies the tail after them, as float64.
 __global__ void health_finish_kernel(const double* __restrict__ block_out, int blocks,
-                                     double* __restrict__ out) {
+                                     HealthTail tail, double* __restrict__ out) {
   const int s = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  if (s >= kSlots) return;
+  if (s == kSlots) {
+    int64_t at = kSlots;
+    for (int t = 0; t < tail.count; at += tail.numel[t], ++t) {
+      const auto* longs = static_cast<const int64_t*>(tail.ptr[t]);
+      const auto* floats = static_cast<const float*>(tail.ptr[t]);
+      for (int64_t i = lane; i < tail.numel[t]; i += kWarpSize)
+        out[at + i] = tail.is_long[t] ? static_cast<double>(longs[i])
+                                      : static_cast<double>(floats[i]);
+    }
+    return;
+  }
+  if (s > kSlots) return;
   const double v =
       fold_blocks(block_out, blocks, kSlots, s, lane, is_max_slot(s) ? -INFINITY : 0.0,
                   [s](double a, double b) { return combine(s, a, b); });
@@ -177,9 +189,9 @@ void launch_health(int blocks, const float* scales, const float* opacities, int6
                                                  block_out);
 }
 
-void launch_health_finish(const double* block_out, int blocks, double* out,
-                          cudaStream_t stream) {
-  health_finish_kernel<<<1, 32 * kSlots, 0, stream>>>(block_out, blocks, out);
+void launch_health_finish(const double* block_out, int blocks, const HealthTail& tail,
+                          double* out, cudaStream_t stream) {
+  health_finish_kernel<<<1, 32 * (kSlots + 1), 0, stream>>>(block_out, blocks, tail, out);
 }
 
 }  // namespace gsnb

@@ -230,9 +230,19 @@ void launch_health(int blocks, const float* scales, const float* opacities, int6
                    const TensorList& params, const TensorList& grads, double* block_out,
                    cudaStream_t stream);
 
-// out [kHealthSlots]: the blocks' partials folded in a fixed order.
-void launch_health_finish(const double* block_out, int blocks, double* out,
-                          cudaStream_t stream);
+// Up to kMaxTail small tensors (float32 or int64) that health_sums appends to its sums.
+constexpr int kMaxTail = 4;
+struct HealthTail {
+  const void* ptr[kMaxTail];
+  int64_t numel[kMaxTail];
+  bool is_long[kMaxTail];
+  int count;
+};
+
+// out [kHealthSlots + the tail's values]: the blocks' partials folded in a fixed order, then
+// the tail's values as float64.
+void launch_health_finish(const double* block_out, int blocks, const HealthTail& tail,
+                          double* out, cudaStream_t stream);
 
 // ---- adam.cu ------------------------------------------------------------------------------
 

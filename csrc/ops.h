@@ -135,9 +135,12 @@ at::Tensor photometric_backward(
 // max and (shifted) sum and sum of squares of each Gaussian's largest log-scale, sum and max
 // of log(largest / smallest scale), sum of sigmoid(opacity logit), then the sum of squares of
 // the finite values in `grads` and their count of NaN/Inf. scales [N,3] are log-scales.
+// The values of `tail` (up to 4 small float32 or int64 tensors, such as a step's loss terms
+// and its count of intersections) follow as float64: one tensor for one read-back.
 at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
                        const std::vector<at::Tensor>& params,
-                       const std::vector<at::Tensor>& grads);
+                       const std::vector<at::Tensor>& grads,
+                       const std::vector<at::Tensor>& tail);
 
 // Adam (no weight decay, no amsgrad) over up to 8 float32 tensors in one launch, in place;
 // step_sizes = lr / (1 - beta1^t) and bias2_sqrts = sqrt(1 - beta2^t) per tensor. gate

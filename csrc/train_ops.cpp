@@ -216,7 +216,8 @@ TensorList make_list(const std::vector<at::Tensor>& tensors, const at::Device& d
 
 at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
                        const std::vector<at::Tensor>& params,
-                       const std::vector<at::Tensor>& grads) {
+                       const std::vector<at::Tensor>& grads,
+                       const std::vector<at::Tensor>& tail) {
   check_input(scales, scales.device(), "health_sums", "scales");
   TORCH_CHECK(scales.dim() == 2 && scales.size(1) == 3, "health_sums: scales must be [N, 3], got ",
               scales.sizes());
@@ -228,18 +229,35 @@ at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
   const TensorList list = make_list(params, scales.device(), "parameter");
   const TensorList grad_list = make_list(grads, scales.device(), "gradient");
   TORCH_CHECK(n > 0, "health_sums: no Gaussians");
+  TORCH_CHECK(static_cast<int64_t>(tail.size()) <= kMaxTail, "health_sums: at most ", kMaxTail,
+              " tail tensors, got ", tail.size());
+  HealthTail tail_list{};
+  int64_t tail_values = 0;
+  for (const at::Tensor& t : tail) {
+    const bool is_long = t.defined() && t.scalar_type() == at::kLong;
+    check_input(t, scales.device(), "health_sums", "tail", is_long ? at::kLong : at::kFloat,
+                tail_list.count);
+    TORCH_CHECK(t.numel() <= 64, "health_sums: a tail tensor holds at most 64 values, got ",
+                t.numel());
+    tail_list.ptr[tail_list.count] = t.data_ptr();
+    tail_list.numel[tail_list.count] = t.numel();
+    tail_list.is_long[tail_list.count] = is_long;
+    ++tail_list.count;
+    tail_values += t.numel();
+  }
   int64_t most = n;
   for (const TensorList* l : {&list, &grad_list})
     for (int t = 0; t < l->count; ++t) most = std::max(most, l->numel[t] / 8);
   const int blocks = health_blocks(most);
   auto options = scales.options().dtype(at::kDouble);
   auto block_out = at::empty({blocks, kHealthSlots}, options);
-  auto out = at::empty({kHealthSlots}, options);
+  auto out = at::empty({kHealthSlots + tail_values}, options);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   launch_health(blocks, scales.data_ptr<float>(), opacities.data_ptr<float>(), n, list,
                 grad_list, block_out.data_ptr<double>(), stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  launch_health_finish(block_out.data_ptr<double>(), blocks, out.data_ptr<double>(), stream);
+  launch_health_finish(block_out.data_ptr<double>(), blocks, tail_list, out.data_ptr<double>(),
+                       stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

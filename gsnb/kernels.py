@@ -372,9 +372,11 @@ def health_sums(
     opacities: Tensor,  # [N] logits
     params: list[Tensor],  # at most 8, any shapes
     grads: list[Tensor],  # at most 8, any shapes
+    tail: Sequence[Tensor] = (),  # at most 4 float32 or int64, up to 64 values each
 ) -> Tensor:
-    """The sums of :func:`gsnb.train.health.health_sums`, float64 ``[9]``, in one pass."""
-    return require().health_sums(scales, opacities, params, grads)
+    """The sums of :func:`gsnb.train.health.health_sums`, float64 ``[9]``, in one pass, then
+    the values of ``tail`` as float64."""
+    return require().health_sums(scales, opacities, params, grads, tail)
 
 
 def adam_step(

@@ -33,8 +33,11 @@ SUMS = 9
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
-def health_sums(splats: Mapping[str, Tensor], grads: Sequence[Tensor] = ()) -> Tensor:
-    """The sums behind the health signals and the gradient norm, one float64 tensor ``[9]``.
+def health_sums(
+    splats: Mapping[str, Tensor], grads: Sequence[Tensor] = (), tail: Sequence[Tensor] = ()
+) -> Tensor:
+    """The sums behind the health signals and the gradient norm, one float64 tensor ``[9]``,
+    then the values of ``tail`` (a step's other numbers, read back with the sums).
 
     In order: the number of NaN/Inf values in all parameters; the largest
     log-scale of any Gaussian; the sum and the sum of squares of each
@@ -43,20 +46,27 @@ def health_sums(splats: Mapping[str, Tensor], grads: Sequence[Tensor] = ()) -> T
     the sum of squares of all ``grads`` and their number of NaN/Inf values.
     Read them back with the step's other metrics and finish them on the host
     with :func:`signals_from_sums`. On the GPU, with the extension built, one
-    fused pass (``csrc/health.cu``) computes them; elsewhere PyTorch does.
+    fused pass (``csrc/health.cu``) computes them and copies the ``tail`` (up to
+    four float32 or int64 tensors of at most 64 values) after them; elsewhere
+    PyTorch does.
 
     Example:
         >>> import torch
         >>> s = {"scales": torch.zeros(4, 3), "opacities": torch.zeros(4)}
         >>> health_sums(s, [torch.full((4,), 0.5)]).tolist()
         [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 1.0, 0.0]
+        >>> health_sums(s, tail=[torch.tensor([0.25]), torch.tensor([7])]).tolist()[9:]
+        [0.25, 7.0]
     """
     log_s, logits = splats["scales"], splats["opacities"]
-    params, grads = list(splats.values()), list(grads)
-    if log_s.shape[0] > 0 and _fused(params, grads):  # the kernel only reads them
-        return kernels.health_sums(scales=log_s, opacities=logits, params=params, grads=grads)
+    params, grads, tail = list(splats.values()), list(grads), list(tail)
+    if log_s.shape[0] > 0 and _fused(params, grads, tail):  # the kernel only reads them
+        return kernels.health_sums(
+            scales=log_s, opacities=logits, params=params, grads=grads, tail=tail
+        )
     with torch.no_grad():
-        return _torch_sums(log_s, logits, params, grads)
+        sums = _torch_sums(log_s, logits, params, grads)
+        return torch.cat([sums, *(t.reshape(-1).to(sums) for t in tail)])
 
 
 def _torch_sums(log_s: Tensor, logits: Tensor, params: list[Tensor], grads: list[Tensor]) -> Tensor:
@@ -98,11 +108,21 @@ def _non_finite(tensors: list[Tensor], zero: Tensor) -> Tensor:
     return sum(((~torch.isfinite(t)).sum().double() for t in tensors), zero)
 
 
-def _fused(params: list[Tensor], grads: list[Tensor]) -> bool:
-    """Whether ``csrc/health.cu`` takes these tensors (it reads at most 8 of each kind)."""
-    if len(params) > 8 or len(grads) > 8:
+def _fused(params: list[Tensor], grads: list[Tensor], tail: list[Tensor]) -> bool:
+    """Whether ``csrc/health.cu`` takes these tensors (it reads at most 8 of each kind, and
+    a tail of at most 4 small contiguous float32 or int64 tensors on their device)."""
+    if len(params) > 8 or len(grads) > 8 or len(tail) > 4:
         return False
-    return kernels.applies("health_sums", *params, *grads)
+    if not kernels.applies("health_sums", *params, *grads):
+        return False
+    device = params[0].device
+    return all(
+        t.dtype in (torch.float32, torch.int64)
+        and t.device == device
+        and t.is_contiguous()
+        and t.numel() <= 64
+        for t in tail
+    )
 
 
 def signals_from_sums(sums: Sequence[float], count: int, extent: float) -> dict[str, float]:

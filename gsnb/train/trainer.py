@@ -535,7 +535,7 @@ class Trainer(TrainingControl):
             # loss: the skip rule's inputs (health.signals_from_sums).
             # A fused step's count of intersections comes last (exact in float64).
             counts = [] if fused is None else [fused.intersections]
-            values = torch.cat([health_sums(self.model.splats, grads), metrics, *counts])
+            values = health_sums(self.model.splats, grads, tail=[metrics, *counts])
         # The one-launch Adam goes before the read, so that its host work overlaps the GPU's
         # backward pass; the kernel itself skips a non-finite step (the gate).
         guard = self._guard

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from gsnb import kernels
 from gsnb.train import health
 from gsnb.train.optim import GaussianAdam, make_optimizer
 
@@ -125,6 +126,26 @@ def test_health_kernel_matches_float64(cuda_ext, n):
     assert ours == pytest.approx(ref, rel=1e-6)
     norm = torch.nn.utils.get_total_norm([g.double() for g in grads]).item()
     assert ours["grad_norm"] == pytest.approx(norm, rel=1e-9)
+
+
+def test_health_kernel_appends_its_tail_as_float64(cuda_ext):
+    # A step's loss terms (float32) and its count of intersections (int64) follow the sums:
+    # one tensor for the step's read-back, as torch.cat of them would make it.
+    s = splats(3000, seed=4)
+    grads = [torch.randn_like(p) for p in s.values()]
+    stats = torch.tensor([0.125, -3.5e-8, float("nan"), 7.0], device="cuda")
+    count = torch.tensor([2**40 + 3], device="cuda")  # exact in float64
+    got = health.health_sums(s, grads, tail=[stats, count])
+    want = torch.cat([health.health_sums(s, grads), stats.double(), count.double()])
+    assert got.shape == (health.SUMS + 5,)
+    torch.testing.assert_close(got, want, rtol=SUM_TOL, atol=1e-6, equal_nan=True)
+    assert got[-1].item() == 2**40 + 3
+    # A tail the kernel does not take goes through PyTorch; the op itself refuses it.
+    odd = torch.tensor([1.5], dtype=torch.float64, device="cuda")
+    assert health.health_sums(s, grads, tail=[odd])[-1].item() == 1.5
+    with pytest.raises(RuntimeError, match="tail 0 must be a contiguous float32"):
+        kernels.health_sums(scales=s["scales"], opacities=s["opacities"], params=list(s.values()),
+                            grads=grads, tail=[odd])  # fmt: skip
 
 
 def test_health_kernel_reads_unaligned_tensors_and_their_leftovers(cuda_ext):

@@ -362,22 +362,22 @@ std::vector<at::Tensor> rasterize_backward(
                 "rasterize_backward: seg_starts and states must be rasterize_forward's for "
                 "these splats and this image size");
   }
-  // The kernel adds into zeroed gradients: one buffer, zeroed by one fill, holds them all,
-  // each starting on a 16-byte boundary (float4 readers such as Adam's stay vectorised).
-  std::vector<const at::Tensor*> likes = {&means2d, &conics, &feats, &opacities};
-  if (absgrad) likes.push_back(&means2d);
-  int64_t room = 0;
-  for (const at::Tensor* t : likes) room += div_up(t->numel(), 4) * 4;
-  const at::Tensor zeroed = at::zeros({room}, means2d.options());
-  std::vector<at::Tensor> grads;
-  int64_t start = 0;
-  for (const at::Tensor* t : likes) {
-    grads.push_back(zeroed.narrow(0, start, t->numel()).view(t->sizes()));
-    start += div_up(t->numel(), 4) * 4;
+  // The kernel adds into zeroed gradients: each its own buffer (a parameter's gradient may
+  // outlive the others), all zeroed by one launch.
+  auto v_means2d = at::empty_like(means2d);
+  auto v_conics = at::empty_like(conics);
+  auto v_feats = at::empty_like(feats);
+  auto v_opacities = at::empty_like(opacities);
+  auto v_abs = absgrad ? at::empty_like(means2d) : at::Tensor();
+  ZeroList zero{};
+  for (at::Tensor* t : {&v_means2d, &v_conics, &v_feats, &v_opacities, &v_abs}) {
+    if (!t->defined()) continue;
+    zero.ptr[zero.count] = t->data_ptr<float>();
+    zero.numel[zero.count] = t->numel();
+    ++zero.count;
   }
-  at::Tensor &v_means2d = grads[0], &v_conics = grads[1], &v_feats = grads[2],
-             &v_opacities = grads[3];
-  at::Tensor v_abs = absgrad ? grads[4] : at::Tensor();
+  launch_zero(zero, c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   float* v_abs_ptr = absgrad ? v_abs.data_ptr<float>() : nullptr;
   // Three channels blend rgb; any other count is taken as four (rgb and depth).
   const int64_t ch = feats.size(-1);

@@ -501,3 +501,16 @@ def test_gradients_when_the_loss_uses_one_output(cuda_ext, used):
         ref = torch.zeros_like(grads["reference"][k]) if ref is None else ref
         err = rel_err(grads["cuda"][k].grad, ref)
         assert err < GRAD_TOL, (used, k, err)
+
+
+def test_backward_zeroes_its_gradients_on_reused_memory(cuda_ext):
+    # The backward compositing adds into buffers one launch zeroes: the allocator hands the
+    # second pass the first pass's memory, still holding its gradients, and they must not
+    # leak in; the opacities' gradient holds only its own memory (the others may be freed).
+    g, viewmats, Ks = scene(3000, 93, 70, 2, sh_degree=1, seed=6)
+    first = run(g, viewmats, Ks, 93, 70, "cuda", torch.float32, absgrad=True)
+    second = run(g, viewmats, Ks, 93, 70, "cuda", torch.float32, weights=first[2], absgrad=True)
+    for k, a in first[1].items():
+        assert rel_err(second[1][k], a) < 1e-5, k
+    grad = second[1]["opacities"]
+    assert grad.untyped_storage().nbytes() == grad.numel() * grad.element_size()

@@ -37,8 +37,8 @@ from gsnb.train.health import health_sums
 def step_work(trainer: Trainer, view: int, capacity: int) -> Any:
     """A function that launches one step's GPU work on ``view`` as the trainer does."""
     cfg = trainer.config
-    target = trainer.train_images.image(view)
-    height, width = target.shape[:2]
+    photo = trainer.train_images.image_bytes(view)
+    height, width = photo.shape[:2]
     viewmat, K = trainer.train_images.cameras[view]
     splats, strategy = trainer.model.splats, trainer.strategy
 
@@ -46,10 +46,10 @@ def step_work(trainer: Trainer, view: int, capacity: int) -> Any:
         trainer.optimizer.clear_grads()
         out = fused_step.forward_backward(
             splats, viewmat, K, width, height, trainer.sh_degree_now, trainer.background,
-            target, cfg.ssim_lambda, strategy.absgrad, capacity=capacity,
+            photo, cfg.ssim_lambda, strategy.absgrad, capacity=capacity,
         )  # fmt: skip
         grads = [p.grad for p in splats.values()]
-        values = torch.cat([health_sums(splats, grads), out.stats, out.intersections])
+        values = health_sums(splats, grads, tail=[out.stats, out.intersections])
         gate = values[7:10]
         trainer.optimizer.launch(gate)
         info = {"width": width, "height": height, "n_cameras": 1, "gate": gate}

@@ -41,9 +41,10 @@ __device__ __forceinline__ int64_t at_pixel(int b, int y, int x, int c, int h, i
 __device__ __forceinline__ float value_at(const float* __restrict__ p, int64_t at) { return p[at]; }
 
 // An 8-bit value as torch's bytes_to_float gives it on a GPU: v * (1 / 255) in float32
-// (its division by a host scalar multiplies by the reciprocal).
+// (its division by a host scalar multiplies by the reciprocal), rounded on its own: never
+// contracted with what follows into one multiply-add.
 __device__ __forceinline__ float value_at(const uint8_t* __restrict__ p, int64_t at) {
-  return static_cast<float>(p[at]) * (1.0f / 255.0f);
+  return __fmul_rn(static_cast<float>(p[at]), 1.0f / 255.0f);
 }
 
 // Two adjacent taps of a blur from kWin + 1 consecutive values v(0) .. v(kWin):

@@ -30,8 +30,10 @@ std::vector<at::Tensor> train_forward_backward(
   const char* who = "train_forward_backward";
   const auto device = means.device();
   // The photo as float32 in [0, 1] or as its bytes (read as v / 255, bytes_to_float's values).
-  check_input(target, device, who, "target",
-              target.defined() && target.scalar_type() == at::kByte ? at::kByte : at::kFloat);
+  const bool bytes = target.defined() && target.scalar_type() == at::kByte;
+  TORCH_CHECK(!target.defined() || bytes || target.scalar_type() == at::kFloat, who,
+              ": target must be float32 or uint8, got ", dtype_name(target.scalar_type()));
+  check_input(target, device, who, "target", bytes ? at::kByte : at::kFloat);
   TORCH_CHECK(viewmats.dim() == 3 && viewmats.size(0) == 1, who,
               ": one camera, viewmats [1, 4, 4], got ", viewmats.sizes());
   TORCH_CHECK(target.dim() == 4 && target.size(0) == 1 && target.size(1) == height &&

@@ -53,6 +53,8 @@ Shape pair_shape(const at::Tensor& img1, const at::Tensor& img2, int64_t pad, co
                  bool bytes = false) {
   check_image(img1, img1.device(), who, "img1");
   const bool is_bytes = bytes && img2.defined() && img2.scalar_type() == at::kByte;
+  TORCH_CHECK(!bytes || !img2.defined() || is_bytes || img2.scalar_type() == at::kFloat, who,
+              ": img2 must be float32 or uint8, got ", dtype_name(img2.scalar_type()));
   check_image(img2, img1.device(), who, "img2", is_bytes ? at::kByte : at::kFloat);
   TORCH_CHECK(img1.sizes() == img2.sizes(), who, ": images differ in shape: ", img1.sizes(),
               " and ", img2.sizes());

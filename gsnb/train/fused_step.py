@@ -97,7 +97,8 @@ def forward_backward(
     rasterize_mode="antialiased" if antialiased else "classic")`` of the Gaussians through
     :func:`~gsnb.train.filter3d.apply_filter3d` (with ``filter3d``), then
     ``photometric_terms(out.rgb[0], target, ssim_lambda)[0].backward()`` with ``.grad``
-    cleared first; needs what :func:`applies` checks.
+    cleared first (an 8-bit ``target`` taken as ``bytes_to_float(target)``); needs what
+    :func:`applies` checks.
 
     Args:
         splats: ``means [N, 3]``, ``quats [N, 4]``, ``scales [N, 3]`` (log),

@@ -136,8 +136,9 @@ class ViewImages:
     With ``images_on = "gpu"`` the images sit on ``device``; with ``"cpu"`` they
     sit in host memory (pinned when ``device`` is a GPU) and :meth:`image` copies
     the views named ``upcoming`` ahead on a side CUDA stream, so that a step finds
-    its image already on the GPU. Either way a step gets the same float32 values:
-    the bytes divided by 255 on ``device``. Decoding (and undistorting,
+    its image already on the GPU. Either way a step gets the same values: the
+    bytes themselves (:meth:`image_bytes`, which the fused step reads) or their
+    float32 values divided by 255 on ``device`` (:meth:`image`). Decoding (and undistorting,
     downscaling) runs on a thread pool.
 
     Attributes:
@@ -198,7 +199,8 @@ class ViewImages:
 
     def image_bytes(self, idx: int, upcoming: Sequence[int] = ()) -> Tensor:
         """View ``idx``'s 8-bit image ``[height, width, 3]`` uint8 on ``device``: what
-        :meth:`image` converts, for kernels that read the bytes themselves.
+        :meth:`image` converts, for kernels that read the bytes themselves. It may be the
+        stored image itself: read it, never write to it.
 
         ``upcoming`` as for :meth:`image`. A host-resident image comes in a staging buffer
         that is not reused before the work queued on the current stream until the next call

@@ -148,6 +148,9 @@ def test_only_the_photometric_pair_takes_bytes(cuda_ext):
     with pytest.raises(RuntimeError, match="img2 must be a contiguous float32"):
         kernels.ssim_forward(img1=x, img2=photo, pad=0, sigma=1.5, c1=SSIM_C1, c2=SSIM_C2,
                              with_grad=False)  # fmt: skip
+    with pytest.raises(RuntimeError, match="img2 must be float32 or uint8, got float64"):
+        kernels.photometric_forward(img1=x, img2=x.double(), pad=0, sigma=1.5, c1=SSIM_C1,
+                                    c2=SSIM_C2, lam=0.2, with_grad=False)  # fmt: skip
     with pytest.raises(RuntimeError, match="img1 must be a contiguous float32"):
         kernels.photometric_forward(img1=photo, img2=x, pad=0, sigma=1.5, c1=SSIM_C1,
                                     c2=SSIM_C2, lam=0.2, with_grad=False)  # fmt: skip

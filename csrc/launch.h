@@ -155,17 +155,6 @@ void launch_rasterize_backward(
     float* v_feats, float* v_opacities, float* v_abs, const int* seg_starts,
     const float* states, int64_t num_segments, cudaStream_t stream);
 
-// Up to five float32 buffers for launch_zero to clear.
-struct ZeroList {
-  float* ptr[5];
-  int64_t numel[5];
-  int count;
-};
-
-// Zeroes every buffer of the list in one launch (the backward compositing adds into its
-// gradients: four or five buffers, one fill).
-void launch_zero(const ZeroList& list, cudaStream_t stream);
-
 // Pixels a thread of the backward compositing shades (raster.cuh: rasterize_rows): 0, the
 // default, chooses by the grid's size; 1 or 2 force it. Returns the previous setting.
 int rasterize_rows_override(int rows);

@@ -3,7 +3,6 @@
 // CH is the number of blended channels: 3 (rgb) or 4 (rgb and depth).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -362,28 +361,7 @@ void launch(int64_t c, int64_t n, int64_t width, int64_t height, Args... args) {
     launch_rows<CH, 1>(c, n, width, height, args...);
 }
 
-// Buffer blockIdx.y of the list, zeroed by a grid-stride loop: float4 stores where it is
-// 16-byte aligned, then its last values one by one.
-__global__ void zero_kernel(ZeroList list) {
-  float* p = list.ptr[blockIdx.y];
-  const int64_t n = list.numel[blockIdx.y];
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t n4 = aligned16(p) ? n / 4 : 0;
-  float4* p4 = reinterpret_cast<float4*>(p);
-  for (int64_t i = first; i < n4; i += stride) p4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int64_t i = n4 * 4 + first; i < n; i += stride) p[i] = 0.f;
-}
-
 }  // namespace
-
-void launch_zero(const ZeroList& list, cudaStream_t stream) {
-  int64_t most = 0;
-  for (int t = 0; t < list.count; ++t) most = std::max(most, list.numel[t]);
-  if (list.count == 0 || most == 0) return;
-  const dim3 grid(blocks_for(div_up(most, 4), 256, 1024), list.count);
-  zero_kernel<<<grid, 256, 0, stream>>>(list);
-}
 
 int rasterize_rows_override(int rows) { return rows_setting.exchange(rows); }
 

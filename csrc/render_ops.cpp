@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <utility>
-#include <vector>
 
 #include "host.h"
 #include "launch.h"
@@ -362,22 +361,11 @@ std::vector<at::Tensor> rasterize_backward(
                 "rasterize_backward: seg_starts and states must be rasterize_forward's for "
                 "these splats and this image size");
   }
-  // The kernel adds into zeroed gradients: each its own buffer (a parameter's gradient may
-  // outlive the others), all zeroed by one launch.
-  auto v_means2d = at::empty_like(means2d);
-  auto v_conics = at::empty_like(conics);
-  auto v_feats = at::empty_like(feats);
-  auto v_opacities = at::empty_like(opacities);
-  auto v_abs = absgrad ? at::empty_like(means2d) : at::Tensor();
-  ZeroList zero{};
-  for (at::Tensor* t : {&v_means2d, &v_conics, &v_feats, &v_opacities, &v_abs}) {
-    if (!t->defined()) continue;
-    zero.ptr[zero.count] = t->data_ptr<float>();
-    zero.numel[zero.count] = t->numel();
-    ++zero.count;
-  }
-  launch_zero(zero, c10::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto v_means2d = at::zeros_like(means2d);
+  auto v_conics = at::zeros_like(conics);
+  auto v_feats = at::zeros_like(feats);
+  auto v_opacities = at::zeros_like(opacities);
+  auto v_abs = absgrad ? at::zeros_like(means2d) : at::Tensor();
   float* v_abs_ptr = absgrad ? v_abs.data_ptr<float>() : nullptr;
   // Three channels blend rgb; any other count is taken as four (rgb and depth).
   const int64_t ch = feats.size(-1);

@@ -504,9 +504,9 @@ def test_gradients_when_the_loss_uses_one_output(cuda_ext, used):
 
 
 def test_backward_zeroes_its_gradients_on_reused_memory(cuda_ext):
-    # The backward compositing adds into buffers one launch zeroes: the allocator hands the
-    # second pass blocks that held NaN just before, and none may leak in; the opacities'
-    # gradient holds only its own memory (the others may be freed).
+    # The backward compositing adds into zeroed buffers: the allocator hands the second pass
+    # blocks that held NaN just before, and none may leak in; the opacities' gradient holds
+    # only its own memory (the others may be freed).
     g, viewmats, Ks = scene(3000, 93, 70, 2, sh_degree=1, seed=6)
     _, grads, weights = run(g, viewmats, Ks, 93, 70, "cuda", torch.float32, absgrad=True)
     want = {k: v.clone() for k, v in grads.items()}

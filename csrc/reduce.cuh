@@ -120,13 +120,10 @@ __device__ __forceinline__ T block_reduce(const T (&v)[K], T (&scratch)[K][THREA
 // The cross-block fold of partials [blocks, slots] (row-major, one row per block) for column
 // `slot`, by one warp: lanes stride over the blocks from `identity`, then a shuffle tree;
 // lane 0 holds the total. T may be wider than the stored partials (float64 over float32).
-// Unrolled, so that a lane's loads go out eight at a time (one at a time, a fold of 3,000
-// blocks waited out the latency 94 times); the sums keep their order.
 template <typename T, typename In, typename Op>
 __device__ __forceinline__ T fold_blocks(const In* __restrict__ partials, int64_t blocks,
                                          int slots, int slot, int lane, T identity, Op op) {
   T v = identity;
-#pragma unroll 8
   for (int64_t b = lane; b < blocks; b += kWarpSize)
     v = op(v, static_cast<T>(partials[b * slots + slot]));
   return warp_reduce(v, op);

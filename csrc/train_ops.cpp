@@ -73,6 +73,15 @@ void check_maps(std::initializer_list<const at::Tensor*> maps, const at::Tensor&
   }
 }
 
+// f(img2's data): const uint8_t* for a photo's bytes (pair_shape's `bytes`), else const float*.
+template <typename F>
+void with_target(const at::Tensor& img2, F&& f) {
+  if (img2.scalar_type() == at::kByte)
+    f(img2.data_ptr<uint8_t>());
+  else
+    f(img2.data_ptr<float>());
+}
+
 // The SSIM map and/or the per-block partial sums, and the derivative maps for the backward.
 void launch_forward(const at::Tensor& img1, const at::Tensor& img2, const Shape& s,
                     const dim3& grid, double sigma, double c1, double c2, float* map,
@@ -81,12 +90,10 @@ void launch_forward(const at::Tensor& img1, const at::Tensor& img2, const Shape&
   float* d_xx = with_grad ? d[1].data_ptr<float>() : nullptr;
   float* d_xy = with_grad ? d[2].data_ptr<float>() : nullptr;
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  if (img2.scalar_type() == at::kByte)
-    launch_ssim_forward(img1.data_ptr<float>(), img2.data_ptr<uint8_t>(), s, grid, sigma, c1, c2,
-                        map, d_mu, d_xx, d_xy, partials, stream);
-  else
-    launch_ssim_forward(img1.data_ptr<float>(), img2.data_ptr<float>(), s, grid, sigma, c1, c2,
-                        map, d_mu, d_xx, d_xy, partials, stream);
+  with_target(img2, [&](const auto* y) {
+    launch_ssim_forward(img1.data_ptr<float>(), y, s, grid, sigma, c1, c2, map, d_mu, d_xx, d_xy,
+                        partials, stream);
+  });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -94,14 +101,11 @@ void launch_backward(const at::Tensor& img1, const at::Tensor& img2, const Shape
                      double sigma, const float* v_map, const LossGrads& lg, const at::Tensor& d_mu,
                      const at::Tensor& d_xx, const at::Tensor& d_xy, at::Tensor& v_x) {
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  if (img2.scalar_type() == at::kByte)
-    launch_ssim_backward(img1.data_ptr<float>(), img2.data_ptr<uint8_t>(), s, img1.size(0),
-                         sigma, v_map, lg, d_mu.data_ptr<float>(), d_xx.data_ptr<float>(),
-                         d_xy.data_ptr<float>(), v_x.data_ptr<float>(), stream);
-  else
-    launch_ssim_backward(img1.data_ptr<float>(), img2.data_ptr<float>(), s, img1.size(0), sigma,
-                         v_map, lg, d_mu.data_ptr<float>(), d_xx.data_ptr<float>(),
-                         d_xy.data_ptr<float>(), v_x.data_ptr<float>(), stream);
+  with_target(img2, [&](const auto* y) {
+    launch_ssim_backward(img1.data_ptr<float>(), y, s, img1.size(0), sigma, v_map, lg,
+                         d_mu.data_ptr<float>(), d_xx.data_ptr<float>(), d_xy.data_ptr<float>(),
+                         v_x.data_ptr<float>(), stream);
+  });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -158,6 +158,9 @@ class ViewImages:
         (2, (16, 16), 4608)
         >>> tuple(train.image(1, upcoming=[0]).shape)
         (16, 16, 3)
+        >>> photo = train.image_bytes(1)  # the bytes image() divides by 255
+        >>> photo.dtype, bool(train.image(1).eq(photo / 255).all())
+        (torch.uint8, True)
     """
 
     def __init__(
@@ -205,17 +208,7 @@ class ViewImages:
         ``upcoming`` as for :meth:`image`. A host-resident image comes in a staging buffer
         that is not reused before the work queued on the current stream until the next call
         of :meth:`image` or :meth:`image_bytes` has read it: read it on that stream, before
-        that call.
-
-        Example:
-            >>> import tempfile
-            >>> from gsnb.data.dataset import load_dataset
-            >>> from gsnb.data.synthetic import make_synthetic_scene
-            >>> data = load_dataset(make_synthetic_scene(tempfile.mkdtemp(), num_views=3, size=16))
-            >>> train = ViewImages(data.train, torch.device("cpu"))
-            >>> photo = train.image_bytes(1)
-            >>> photo.dtype, tuple(photo.shape), bool(train.image(1).eq(photo / 255).all())
-            (torch.uint8, (16, 16, 3), True)
+        that call. (Example: the class's.)
         """
         if self.images_on == "gpu":
             return self.stored[idx]

@@ -7,9 +7,11 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -18,6 +20,29 @@
 #include "ops.h"
 
 namespace gsnb {
+namespace {
+
+// d loss / d loss = 1: a float32 scalar on `like`'s device, made once per device and kept
+// for the process (a fill and an allocation a step before). Never freed: a static tensor's
+// destructor could run after the CUDA context is gone. The fill is waited for once, so
+// that a step on another stream never reads it unfilled.
+const at::Tensor& unit_on(const at::Tensor& like) {
+  constexpr int kDevices = 64;
+  static std::mutex mutex;
+  static at::Tensor* ones[kDevices] = {};
+  const int device = like.get_device();
+  TORCH_CHECK(device >= 0 && device < kDevices, "train_forward_backward: CUDA device ", device,
+              " is beyond the ", kDevices, " this build counts");
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (ones[device] == nullptr) {
+    auto* one = new at::Tensor(at::ones({}, like.options()));
+    C10_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream(device)));
+    ones[device] = one;
+  }
+  return *ones[device];
+}
+
+}  // namespace
 
 std::vector<at::Tensor> train_forward_backward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
@@ -67,7 +92,7 @@ std::vector<at::Tensor> train_forward_backward(
   if (capacity > 0)  // a render that lacks intersections closes the step's gate
     launch_flag_overflow(count.data_ptr<int64_t>(), capacity, stats.data_ptr<float>(),
                          c10::cuda::getCurrentCUDAStream());
-  const at::Tensor one = at::ones({}, stats.options());
+  const at::Tensor& one = unit_on(stats);
   auto v_rgb = photometric_backward(rgb, target, loss[1], loss[2], loss[3], pad, sigma, lambda,
                                     one, std::nullopt, std::nullopt, std::nullopt);
 

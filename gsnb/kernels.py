@@ -87,12 +87,15 @@ def applies(op: str, *tensors: Tensor, contiguous: bool = True) -> bool:
         >>> applies("adam_step", torch.zeros(3))  # a CPU tensor
         False
     """
-    if not all(t.is_cuda and t.dtype == torch.float32 for t in tensors):
-        return False
-    if contiguous and not all(t.is_contiguous() for t in tensors):
-        return False
-    if len({t.device for t in tensors}) > 1:
-        return False
+    # One pass, the device compared by index: this runs several times a training step.
+    index = None
+    for t in tensors:
+        if not t.is_cuda or t.dtype != torch.float32 or (contiguous and not t.is_contiguous()):
+            return False
+        if index is None:
+            index = t.get_device()
+        elif t.get_device() != index:
+            return False
     ext = extension()
     return ext is not None and hasattr(ext, op)
 

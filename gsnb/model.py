@@ -22,10 +22,32 @@ CHECKPOINT_FORMATS = ("gsnb-model-1", "gsnb-trainer-1")
 """Format tags of files :meth:`GaussianModel.load` reads: a model, or a whole training state."""
 
 
+class SplatDict(nn.ParameterDict):
+    """An ``nn.ParameterDict`` whose lookups read the parameter table directly.
+
+    ``ParameterDict[key]`` goes through ``nn.Module.__getattr__``; a training step looks
+    the splat tensors up some thirty times, which cost more host time than several kernel
+    launches. Keys and values not in the table (``None`` entries, anything that is not a
+    parameter) take the usual path, so it behaves as ``nn.ParameterDict`` otherwise.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> d = SplatDict({"means": nn.Parameter(torch.zeros(2, 3))})
+        >>> d["means"] is d.means, isinstance(d, nn.ParameterDict), list(d.keys())
+        (True, True, ['means'])
+    """
+
+    def __getitem__(self, key: str) -> Any:
+        """The parameter stored under ``key``."""
+        found = self._parameters.get(key) if isinstance(key, str) else None
+        return found if found is not None else super().__getitem__(key)
+
+
 class GaussianModel(nn.Module):
     """A set of 3D Gaussians with INRIA's parameterisation.
 
-    ``model.splats`` is an ``nn.ParameterDict`` holding
+    ``model.splats`` is a :class:`SplatDict` (an ``nn.ParameterDict``) holding
 
     - ``means [N, 3]`` centres,
     - ``quats [N, 4]`` raw rotations (wxyz, unnormalised),
@@ -66,9 +88,7 @@ class GaussianModel(nn.Module):
         if shn.dim() != 3 or shn.shape[0] != n or shn.shape[2] != 3:
             raise ValueError(f"shN has shape {list(shn.shape)}; expected [{n}, K-1, 3]")
         sh_degree_from_bases(shn.shape[1] + 1)
-        self.splats = nn.ParameterDict(
-            {k: nn.Parameter(splats[k].detach().clone()) for k in SPLAT_KEYS}
-        )
+        self.splats = SplatDict({k: nn.Parameter(splats[k].detach().clone()) for k in SPLAT_KEYS})
 
     @classmethod
     def from_points(

@@ -106,3 +106,19 @@ def test_the_background_is_saved_and_read_back(tmp_path) -> None:
     torch.save({**old, "background": [2.0, 0, 0]}, tmp_path / "bad.pt")
     with pytest.raises(ValueError, match="bad background"):
         GaussianModel.load(tmp_path / "bad.pt")
+
+
+def test_splat_dict_looks_up_as_a_parameter_dict() -> None:
+    model = GaussianModel.from_points(torch.rand(5, 3), torch.rand(5, 3), sh_degree=1)
+    splats = model.splats
+    assert isinstance(splats, torch.nn.ParameterDict)
+    assert all(splats[k] is getattr(splats, k) for k in splats)
+    assert list(splats.values()) == [p for _, p in model.named_parameters()]
+    new = torch.nn.Parameter(torch.zeros(7, 3))
+    splats["means"] = new  # as densification swaps a tensor
+    assert splats["means"] is new and dict(splats.items())["means"] is new
+    del splats["means"]
+    with pytest.raises((KeyError, AttributeError)):
+        splats["means"]
+    with pytest.raises(TypeError, match="not a string"):
+        splats[0]

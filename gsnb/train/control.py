@@ -163,13 +163,12 @@ class TrainingControl:
         while self._ready:
             last = self._deliver_one()
             if bar is not None:
+                # The numbers only where this update redraws the bar (tqdm redraws at most
+                # every mininterval seconds), and on the last step: formatting them every
+                # step cost host time that early, host-bound steps wait for.
+                if time.time() - bar.last_print_t >= bar.mininterval or bar.n + 1 >= bar.total:
+                    _show(bar, last)
                 bar.update(1)
-                bar.set_postfix(  # shown at the bar's own refresh rate
-                    loss=f"{last.loss:.4f}",
-                    psnr=f"{last.psnr:.2f}",
-                    gaussians=last.num_gaussians,
-                    refresh=False,
-                )
         return last
 
     def _interrupted(self, guard: InterruptGuard) -> bool:
@@ -269,6 +268,16 @@ class TrainingControl:
             self.save_checkpoint()
         except OSError as err:
             warnings.warn(str(err), CheckpointWarning, stacklevel=2)
+
+
+def _show(bar: Any, metrics: StepMetrics) -> None:
+    """Put a step's loss, PSNR and Gaussian count beside the progress ``bar``."""
+    bar.set_postfix(
+        loss=f"{metrics.loss:.4f}",
+        psnr=f"{metrics.psnr:.2f}",
+        gaussians=metrics.num_gaussians,
+        refresh=False,
+    )
 
 
 def _progress_bar(done: int, total: int) -> Any:

@@ -365,8 +365,14 @@ class ViewOrder:
     def __init__(self, count: int, seed: int) -> None:
         self.count = count
         self.generator = torch.Generator().manual_seed(seed)
-        self.order = torch.empty(0, dtype=torch.long)
+        self.order = torch.empty(0, dtype=torch.long)  # replaced, never changed in place
         self.pos = 0
+        # The order as a list, and the generator's state since its last draw (None: not
+        # read yet): a step reads both, and tensor indexing and get_state() (5 KB) cost
+        # more host time than the step's use of them. The generator is this class's after
+        # construction (the initial points' subset draws from it before the first step).
+        self._ids: list[int] = []
+        self._rng: Tensor | None = None
 
     def peek(self, count: int) -> list[int]:
         """The indices of the next ``count`` views, without moving on (nor drawing).
@@ -377,33 +383,43 @@ class ViewOrder:
             >>> ahead == [order.next() for _ in range(5)]
             True
         """
-        ahead = self.order[self.pos : self.pos + count].tolist()
+        ahead = self._ids[self.pos : self.pos + count]
         if len(ahead) < count:
             # Later epochs' orders, from a copy of the generator: the real one is not moved.
             copy = torch.Generator().manual_seed(0)
-            copy.set_state(self.generator.get_state())
+            copy.set_state(self._rng_state())
             while len(ahead) < count:
                 ahead += torch.randperm(self.count, generator=copy)[: count - len(ahead)].tolist()
         return ahead
 
     def next(self) -> int:
         """Index of the next view."""
-        if self.pos >= len(self.order):
+        if self.pos >= len(self._ids):
             self.order = torch.randperm(self.count, generator=self.generator)
+            self._ids = self.order.tolist()
+            self._rng = None
             self.pos = 0
-        idx = int(self.order[self.pos])
+        idx = self._ids[self.pos]
         self.pos += 1
         return idx
 
     def state(self) -> dict[str, Any]:
-        """``{"order": [count] tensor, "pos": int, "rng": generator state}`` (copies)."""
-        return {"order": self.order.clone(), "pos": self.pos, "rng": self.generator.get_state()}
+        """``{"order": [count] tensor, "pos": int, "rng": generator state}``; the tensors
+        are not changed afterwards (a new epoch makes a new order)."""
+        return {"order": self.order, "pos": self.pos, "rng": self._rng_state()}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state`."""
         self.order = torch.as_tensor(state["order"], dtype=torch.long)
+        self._ids = self.order.tolist()
         self.pos = int(state["pos"])
         self.generator.set_state(state["rng"])
+        self._rng = None
+
+    def _rng_state(self) -> Tensor:
+        if self._rng is None:
+            self._rng = self.generator.get_state()
+        return self._rng
 
 
 def step_background(

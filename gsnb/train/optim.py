@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -112,6 +113,11 @@ class GaussianAdam(Adam):
     def __init__(self, groups: list[dict[str, Any]], eps: float = ADAM_EPS) -> None:
         super().__init__(groups, eps=eps)
         self._counted: list[tuple[Tensor, dict[str, Any]]] = []  # the last update's (uncount)
+        # The fused updates' step counts: each counted state's "step" is a 0-d view of one
+        # float32 CPU tensor, read and advanced through numpy (see _step_counts).
+        self._count_states: list[dict[str, Any]] = []
+        self._count_views: list[Tensor] = []
+        self._count_values: np.ndarray = np.zeros(0, dtype=np.float32)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -206,6 +212,7 @@ class GaussianAdam(Adam):
         counted: list[tuple[Tensor, dict[str, Any]]] = []
         fresh: dict[Tensor, dict[str, Any]] = {}
         beta1, beta2 = self.param_groups[0]["betas"]
+        lrs: list[float] = []
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -218,17 +225,20 @@ class GaussianAdam(Adam):
                         "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
                     }
                 counted.append((p, state))
-                t = float(state["step"]) + 1.0
+                lrs.append(group["lr"])
                 params.append(p)
                 grads.append(p.grad if p.grad.is_contiguous() else p.grad.contiguous())
                 exp_avgs.append(state["exp_avg"])
                 exp_avg_sqs.append(state["exp_avg_sq"])
-                step_sizes.append(group["lr"] / (1.0 - beta1**t))
-                bias2_sqrts.append(math.sqrt(1.0 - beta2**t))
                 row = p.numel() // p.shape[0] if p.dim() > 0 and p.shape[0] > 0 else 1
                 rows.append(row)
                 wanted = row if active is None else active.get(group.get("name"), row)
                 leading.append(min(max(int(wanted), 0), row))
+        counts = self._step_counts([state for _, state in counted])
+        for lr, step in zip(lrs, counts.tolist(), strict=True):
+            t = step + 1.0
+            step_sizes.append(lr / (1.0 - beta1**t))
+            bias2_sqrts.append(math.sqrt(1.0 - beta2**t))
         partial = rows != leading
         for i in range(0, len(params), _KERNEL_TENSORS):
             chunk = slice(i, i + _KERNEL_TENSORS)
@@ -241,11 +251,27 @@ class GaussianAdam(Adam):
                 active_values=leading[chunk] if partial else (),
             )  # fmt: skip
         self.state.update(fresh)
-        # One call for every count: six in-place adds on CPU tensors cost more host time
-        # than the kernel's launch.
-        if counted:
-            torch._foreach_add_([state["step"] for _, state in counted], 1.0)
+        counts += 1.0  # every counted state's "step" at once (its views)
         self._counted = counted
+
+    def _step_counts(self, states: list[dict[str, Any]]) -> np.ndarray:
+        """The step counts of ``states``, as a float32 array whose memory each state's
+        ``"step"`` tensor views, so that reading and advancing them all costs one numpy
+        operation where a torch call per count cost more host time than the kernel's
+        launch. States whose ``"step"`` is not (or no longer) such a view, new states or
+        ones a checkpoint or densification replaced, are linked first, counts kept."""
+        linked = len(states) == len(self._count_states) and all(
+            s is old and s["step"] is view
+            for s, old, view in zip(states, self._count_states, self._count_views, strict=True)
+        )
+        if not linked:
+            counts = torch.tensor([float(s["step"]) for s in states], dtype=torch.float32)
+            self._count_views = list(counts.unbind())
+            for s, view in zip(states, self._count_views, strict=True):
+                s["step"] = view
+            self._count_states = list(states)
+            self._count_values = counts.numpy()
+        return self._count_values
 
     def _fused(self) -> bool:
         """Whether the one-launch kernel applies to every group."""
@@ -281,10 +307,13 @@ class GaussianAdam(Adam):
 
 def _kernel_state(state: dict[str, Any], param: Tensor) -> bool:
     """Whether ``adam_step`` takes this state: a host-side step, float32 moments like ``param``."""
-    moments = (state["exp_avg"], state["exp_avg_sq"])
-    return not state["step"].is_cuda and all(
-        m.is_contiguous() and m.dtype == torch.float32 and m.device == param.device for m in moments
-    )
+    if state["step"].is_cuda:
+        return False
+    index = param.get_device()  # compared by index: this runs for every parameter every step
+    for m in (state["exp_avg"], state["exp_avg_sq"]):
+        if not m.is_contiguous() or m.dtype != torch.float32 or m.get_device() != index:
+            return False
+    return True
 
 
 _KERNEL_TENSORS = 8

@@ -264,6 +264,7 @@ class Trainer(TrainingControl):
         # Read one step behind (run and start): the step launched, not yet read back, and
         # the step count before which the loop reads every step at once (None: always).
         self._in_flight: _InFlight | None = None
+        self._read_slots: list[tuple[Tensor, torch.cuda.Event]] = []  # see _read_slot
         self._read_behind_until: int | None = None
         self._ready: list[StepMetrics] = []  # counted, not yet given to _after_step
         self._save_lock = threading.Lock()
@@ -641,15 +642,29 @@ class Trainer(TrainingControl):
             self.optimizer.clear_grads()
             self._step += 1
             if values is not None:
-                copy = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+                copy, ready = self._read_slot(values)
                 copy.copy_(values, non_blocking=True)
-                ready = torch.cuda.Event()
                 # On the current stream, named by an int: current_stream() of no device asks
                 # torch.cuda.is_available(), a driver call of up to 0.1 ms, every step.
                 ready.record(torch.cuda.current_stream(self._device_index))
                 self._in_flight = _InFlight(half, events, copy, ready, time.perf_counter())
                 return
         self._count(half, events, time.perf_counter() - half.start)
+
+    def _read_slot(self, values: Tensor) -> tuple[Tensor, torch.cuda.Event]:
+        """A pinned host tensor like ``values`` and an event, for a step read behind: two
+        pairs in turn, reused while the sums keep their length (a new pinned allocation and
+        event cost more host time a step than the copy's launch). One step at most is in
+        flight, and it is read before the next one takes a pair, so neither pair is still
+        being read when it is written again."""
+        slots = self._read_slots
+        if not slots or slots[0][0].shape != values.shape or slots[0][0].dtype != values.dtype:
+            slots[:] = [
+                (torch.empty(values.shape, dtype=values.dtype, pin_memory=True), torch.cuda.Event())
+                for _ in range(2)
+            ]
+        slots.reverse()
+        return slots[0]
 
     def _count(self, half: _HalfStep, events: dict[str, int], seconds: float) -> None:
         """The metrics of a finished, read step into ``history`` and ``_ready``."""

@@ -76,6 +76,56 @@ def test_adam_kernel_matches_float64_torch_adam(cuda_ext, n):
         assert rel_err(state["exp_avg_sq"], ref_state["exp_avg_sq"]) < ADAM_TOL, name
 
 
+def test_adam_step_counts_follow_replaced_loaded_and_taken_back_states(cuda_ext):
+    # The fused update keeps its step counts in one buffer that each state's "step" views;
+    # states a densification replaced or a checkpoint loaded are linked anew, counts kept.
+    from gsnb.train.strategy import ops
+
+    params = nn.ParameterDict(splats(100))
+    opt = make_optimizer(params, RATES)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+
+    def step(n: int) -> None:
+        for _ in range(n):
+            for p in params.values():
+                p.grad = torch.randn(p.shape, generator=gen, device="cuda")
+            assert opt.launch()
+
+    def counts() -> list[float]:
+        return [float(opt.state[p]["step"]) for p in params.values()]
+
+    step(3)
+    assert counts() == [3.0] * 6
+    # Densification swaps a tensor: its state dict is new, its "step" the old tensor.
+    grown = torch.cat([params["means"].detach(), params["means"].detach()[:1]])
+    ops.replace_param(params, opt, "means", grown, lambda m: torch.cat([m, m[:1] * 0]))
+    step(2)
+    assert counts() == [5.0] * 6
+    opt.uncount()
+    assert counts() == [4.0] * 6
+    saved = copy.deepcopy(opt.state_dict())
+    step(1)
+    opt.load_state_dict(saved)  # back to 4: new step tensors, linked at the next update
+    assert counts() == [4.0] * 6
+    step(1)
+    assert counts() == [5.0] * 6
+    for p in params.values():
+        assert opt.state[p]["step"].dtype == torch.float32 and not opt.state[p]["step"].is_cuda
+    # One more update beside torch's Adam from the same state: the bias corrections use
+    # the counts the states hold.
+    twin = {k: nn.Parameter(p.detach().clone()) for k, p in params.items()}
+    ref = torch.optim.Adam([{"params": [p], "lr": RATES[k]} for k, p in twin.items()], eps=1e-15)
+    ref.load_state_dict(copy.deepcopy(opt.state_dict()))
+    for p, q in zip(params.values(), twin.values(), strict=True):
+        q.grad = torch.randn(p.shape, generator=gen, device="cuda")
+        p.grad = q.grad.clone()
+    assert opt.launch()
+    ref.step()
+    for k in params:
+        assert rel_err(params[k], twin[k]) < ADAM_TOL, k
+    assert counts() == [6.0] * 6
+
+
 def test_adam_takes_a_fused_torch_adam_state(cuda_ext):
     params = splats(500)
     fused = torch.optim.Adam(

@@ -225,3 +225,27 @@ def test_the_heap_is_frozen_while_a_loop_trains_and_given_back_after(make_scene)
     wait_for(lambda: not trainer.running)
     assert len(seen) == 5 and min(seen) > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_the_progress_bar_ends_on_the_last_steps_numbers(make_scene, monkeypatch) -> None:
+    import gsnb.train.control as control
+
+    bars, shown = [], []
+
+    def bar(done: int, total: int):
+        from tqdm import tqdm
+
+        made = tqdm(total=total, initial=done, mininterval=3600.0)
+        plain = made.set_postfix
+        made.set_postfix = lambda **kw: (shown.append(kw), plain(**kw))
+        bars.append(made)
+        return made
+
+    monkeypatch.setattr(control, "_progress_bar", bar)
+    trainer = Trainer(make_scene(), TrainConfig(steps=6))
+    last = trainer.run(progress=True)
+    assert bars[0].n == 6
+    # Redrawn once an hour at most: the numbers are formatted for the last step alone.
+    assert len(shown) == 1
+    want = f"gaussians={last.num_gaussians}, loss={last.loss:.4f}, psnr={last.psnr:.2f}"
+    assert bars[0].postfix == want

@@ -8,7 +8,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 12;
+  m.attr("ABI_VERSION") = 13;
   // Every entry point runs without the GIL: each only launches work on a stream (binning
   // also waits for its count), so another Python thread -- training beside a viewer or a
   // notebook's widgets -- runs meanwhile instead of waiting for this one's GPU.
@@ -70,7 +70,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("g_ssim"), py::arg("g_mse"), nogil);
   m.def("health_sums", &gsnb::health_sums, "sums behind the training health signals",
         py::arg("scales"), py::arg("opacities"), py::arg("params"), py::arg("grads"),
-        py::arg("tail"), nogil);
+        py::arg("tail"), py::arg("host") = py::none(), nogil);
   m.def("adam_step", &gsnb::adam_step, "Adam over several tensors in one launch",
         py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"),
         py::arg("step_sizes"), py::arg("bias2_sqrts"), py::arg("beta1"), py::arg("beta2"),

@@ -136,11 +136,14 @@ at::Tensor photometric_backward(
 // of log(largest / smallest scale), sum of sigmoid(opacity logit), then the sum of squares of
 // the finite values in `grads` and their count of NaN/Inf. scales [N,3] are log-scales.
 // The values of `tail` (up to 4 small float32 or int64 tensors, such as a step's loss terms
-// and its count of intersections) follow as float64: one tensor for one read-back.
+// and its count of intersections) follow as float64: one tensor for one read-back. `host`
+// (a contiguous float64 CPU tensor of the result's length, pinned for the copy to be
+// asynchronous) also receives the result, copied on the current stream after it is made.
 at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
                        const std::vector<at::Tensor>& params,
                        const std::vector<at::Tensor>& grads,
-                       const std::vector<at::Tensor>& tail);
+                       const std::vector<at::Tensor>& tail,
+                       const std::optional<at::Tensor>& host);
 
 // Adam (no weight decay, no amsgrad) over up to 8 float32 tensors in one launch, in place;
 // step_sizes = lr / (1 - beta1^t) and bias2_sqrts = sqrt(1 - beta2^t) per tensor. gate

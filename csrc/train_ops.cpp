@@ -223,7 +223,8 @@ TensorList make_list(const std::vector<at::Tensor>& tensors, const at::Device& d
 at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
                        const std::vector<at::Tensor>& params,
                        const std::vector<at::Tensor>& grads,
-                       const std::vector<at::Tensor>& tail) {
+                       const std::vector<at::Tensor>& tail,
+                       const std::optional<at::Tensor>& host) {
   check_input(scales, scales.device(), "health_sums", "scales");
   TORCH_CHECK(scales.dim() == 2 && scales.size(1) == 3, "health_sums: scales must be [N, 3], got ",
               scales.sizes());
@@ -257,7 +258,15 @@ at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
   const int blocks = health_blocks(most);
   auto options = scales.options().dtype(at::kDouble);
   auto block_out = at::empty({blocks, kHealthSlots}, options);
-  auto out = at::empty({kHealthSlots + tail_values}, options);
+  const int64_t values = kHealthSlots + tail_values;
+  const bool to_host = host.has_value() && host->defined();
+  if (to_host)
+    TORCH_CHECK(host->device().is_cpu() && host->scalar_type() == at::kDouble &&
+                    host->is_contiguous() && host->numel() == values,
+                "health_sums: host must be a contiguous float64 CPU tensor of ", values,
+                " values, got ", dtype_name(host->scalar_type()), " ", host->sizes(), " on ",
+                host->device());
+  auto out = at::empty({values}, options);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   launch_health(blocks, scales.data_ptr<float>(), opacities.data_ptr<float>(), n, list,
                 grad_list, block_out.data_ptr<double>(), stream);
@@ -265,6 +274,9 @@ at::Tensor health_sums(const at::Tensor& scales, const at::Tensor& opacities,
   launch_health_finish(block_out.data_ptr<double>(), blocks, tail_list, out.data_ptr<double>(),
                        stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (to_host)  // the step's read-back, without a copy_ through the dispatcher from Python
+    C10_CUDA_CHECK(cudaMemcpyAsync(host->data_ptr(), out.data_ptr(), values * sizeof(double),
+                                   cudaMemcpyDeviceToHost, stream));
   return out;
 }
 

@@ -376,10 +376,11 @@ def health_sums(
     params: list[Tensor],  # at most 8, any shapes
     grads: list[Tensor],  # at most 8, any shapes
     tail: Sequence[Tensor] = (),  # at most 4 float32 or int64, up to 64 values each
+    host: Tensor | None = None,  # [9 + tail values] float64 on the CPU (pinned), or None
 ) -> Tensor:
     """The sums of :func:`gsnb.train.health.health_sums`, float64 ``[9]``, in one pass, then
-    the values of ``tail`` as float64."""
-    return require().health_sums(scales, opacities, params, grads, tail)
+    the values of ``tail`` as float64; copied into ``host`` too (on the current stream)."""
+    return require().health_sums(scales, opacities, params, grads, tail, host)
 
 
 def adam_step(

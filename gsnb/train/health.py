@@ -34,7 +34,10 @@ FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def health_sums(
-    splats: Mapping[str, Tensor], grads: Sequence[Tensor] = (), tail: Sequence[Tensor] = ()
+    splats: Mapping[str, Tensor],
+    grads: Sequence[Tensor] = (),
+    tail: Sequence[Tensor] = (),
+    host: Tensor | None = None,
 ) -> Tensor:
     """The sums behind the health signals and the gradient norm, one float64 tensor ``[9]``,
     then the values of ``tail`` (a step's other numbers, read back with the sums).
@@ -48,7 +51,9 @@ def health_sums(
     with :func:`signals_from_sums`. On the GPU, with the extension built, one
     fused pass (``csrc/health.cu``) computes them and copies the ``tail`` (up to
     four float32 or int64 tensors of at most 64 values) after them; elsewhere
-    PyTorch does.
+    PyTorch does. ``host`` (a float64 CPU tensor of the result's length, pinned for the
+    copy not to wait) receives a copy too, queued on the current stream: the values are
+    there once the stream has passed this point (an event recorded after the call).
 
     Example:
         >>> import torch
@@ -57,16 +62,27 @@ def health_sums(
         [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 1.0, 0.0]
         >>> health_sums(s, tail=[torch.tensor([0.25]), torch.tensor([7])]).tolist()[9:]
         [0.25, 7.0]
+        >>> copy = torch.empty(SUMS, dtype=torch.float64)
+        >>> bool(health_sums(s, host=copy).equal(copy))
+        True
     """
     log_s, logits = splats["scales"], splats["opacities"]
     params, grads, tail = list(splats.values()), list(grads), list(tail)
     if log_s.shape[0] > 0 and _fused(params, grads, tail):  # the kernel only reads them
         return kernels.health_sums(
-            scales=log_s, opacities=logits, params=params, grads=grads, tail=tail
+            scales=log_s, opacities=logits, params=params, grads=grads, tail=tail, host=host
         )
     with torch.no_grad():
         sums = _torch_sums(log_s, logits, params, grads)
-        return torch.cat([sums, *(t.reshape(-1).to(sums) for t in tail)])
+        out = torch.cat([sums, *(t.reshape(-1).to(sums) for t in tail)])
+        if host is not None:
+            if host.dtype != torch.float64 or host.shape != out.shape or host.is_cuda:
+                raise ValueError(
+                    f"host must be a float64 CPU tensor of {out.numel()} values, got "
+                    f"{host.dtype} {list(host.shape)} on {host.device}"
+                )
+            host.copy_(out, non_blocking=True)
+        return out
 
 
 def _torch_sums(log_s: Tensor, logits: Tensor, params: list[Tensor], grads: list[Tensor]) -> Tensor:

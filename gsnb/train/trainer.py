@@ -27,7 +27,7 @@ from gsnb.train.control import TrainingControl
 from gsnb.train.corrections import ViewCorrections, training_views
 from gsnb.train.evaluation import EvalResult, evaluate_views
 from gsnb.train.filter3d import Filter3D
-from gsnb.train.health import HealthMonitor, health_sums, signals_from_sums
+from gsnb.train.health import SUMS, HealthMonitor, health_sums, signals_from_sums
 from gsnb.train.inputs import PREFETCH, ViewImages, ViewOrder, initial_model, step_background
 from gsnb.train.interrupts import InterruptGuard
 from gsnb.train.knobs import Knob, check_value, describe_knobs
@@ -196,6 +196,7 @@ class Trainer(TrainingControl):
         )
         self.device = _resolve_device(cfg.device)
         self._device_index = _device_index(self.device)
+        self._cuda = self.device.type == "cuda"  # steps may be read behind (pinned copies)
         self.default_renderer = BackendRenderer(cfg.backend)
         self.renderer: Renderer = renderer or self.default_renderer
         self.fused_step = True
@@ -536,7 +537,12 @@ class Trainer(TrainingControl):
             # loss: the skip rule's inputs (health.signals_from_sums).
             # A fused step's count of intersections comes last (exact in float64).
             counts = [] if fused is None else [fused.intersections]
-            values = health_sums(self.model.splats, grads, tail=[metrics, *counts])
+            tail = [metrics, *counts]
+            # Copied to the host as it is made, for a step read behind (_densify_and_count).
+            slot = self._read_slot(SUMS + sum(t.numel() for t in tail)) if self._cuda else None
+            values = health_sums(
+                self.model.splats, grads, tail=tail, host=None if slot is None else slot[0]
+            )
         # The one-launch Adam goes before the read, so that its host work overlaps the GPU's
         # backward pass; the kernel itself skips a non-finite step (the gate).
         guard = self._guard
@@ -549,9 +555,9 @@ class Trainer(TrainingControl):
                 step, start, rates, degree, idx, {}, False, info,
                 order_state, gen_state, early, capacity,
             )  # fmt: skip
-            if self._reads_behind(step, early, fused is not None):
+            if slot is not None and self._reads_behind(step, early, fused is not None):
                 info["gate"] = gate  # the strategy adds nothing on a step the gate closes
-                return self._densify_and_count(half, values)
+                return self._densify_and_count(half, values, slot)
             read = values.tolist()  # the step's one host sync
             if self._overflowed(half, read):
                 raise _Rebin(half)
@@ -589,15 +595,22 @@ class Trainer(TrainingControl):
                 self.optimizer.uncount()
             self.skipped_steps += 1
 
-    def _densify_and_count(self, half: _HalfStep, values: Tensor | None = None) -> None:
+    def _densify_and_count(
+        self,
+        half: _HalfStep,
+        values: Tensor | None = None,
+        slot: tuple[Tensor, torch.cuda.Event] | None = None,
+    ) -> None:
         """The rest of a step after Adam's update: the strategy, then the step is counted.
 
         A failure inside the strategy puts the Gaussians, Adam's and the strategy's
         state back as they were after the update and keeps ``half``, so that the next
         step finishes this one and the run stays equal to an uninterrupted one.
 
-        ``values`` (the step's sums on the device, not read yet): the strategy gates itself
-        (``half.info["gate"]``), and the step is read back and counted by :meth:`_settle`.
+        ``values`` (the step's sums on the device, not read yet) and ``slot`` (the pinned
+        copy they are queued into, and its event, :meth:`_read_slot`): the strategy gates
+        itself (``half.info["gate"]``), and the step is read back and counted by
+        :meth:`_settle`.
         """
         events: dict[str, int] = {}
         guard = self._guard
@@ -641,9 +654,8 @@ class Trainer(TrainingControl):
             self._unfinished = None
             self.optimizer.clear_grads()
             self._step += 1
-            if values is not None:
-                copy, ready = self._read_slot(values)
-                copy.copy_(values, non_blocking=True)
+            if values is not None and slot is not None:
+                copy, ready = slot
                 # On the current stream, named by an int: current_stream() of no device asks
                 # torch.cuda.is_available(), a driver call of up to 0.1 ms, every step.
                 ready.record(torch.cuda.current_stream(self._device_index))
@@ -651,20 +663,19 @@ class Trainer(TrainingControl):
                 return
         self._count(half, events, time.perf_counter() - half.start)
 
-    def _read_slot(self, values: Tensor) -> tuple[Tensor, torch.cuda.Event]:
-        """A pinned host tensor like ``values`` and an event, for a step read behind: two
-        pairs in turn, reused while the sums keep their length (a new pinned allocation and
-        event cost more host time a step than the copy's launch). One step at most is in
-        flight, and it is read before the next one takes a pair, so neither pair is still
-        being read when it is written again."""
+    def _read_slot(self, length: int) -> tuple[Tensor, torch.cuda.Event]:
+        """A pinned float64 host tensor of ``length`` values and an event, for a step read
+        behind: two pairs, reused while the sums keep their length (a new pinned allocation
+        and event cost more host time a step than the copy's launch), the one that the step
+        in flight does not hold (its copy is not read yet)."""
         slots = self._read_slots
-        if not slots or slots[0][0].shape != values.shape or slots[0][0].dtype != values.dtype:
+        if not slots or slots[0][0].numel() != length:
             slots[:] = [
-                (torch.empty(values.shape, dtype=values.dtype, pin_memory=True), torch.cuda.Event())
+                (torch.empty(length, dtype=torch.float64, pin_memory=True), torch.cuda.Event())
                 for _ in range(2)
             ]
-        slots.reverse()
-        return slots[0]
+        flight = self._in_flight
+        return slots[1] if flight is not None and flight.values is slots[0][0] else slots[0]
 
     def _count(self, half: _HalfStep, events: dict[str, int], seconds: float) -> None:
         """The metrics of a finished, read step into ``history`` and ``_ready``."""

@@ -198,6 +198,34 @@ def test_health_kernel_appends_its_tail_as_float64(cuda_ext):
                             grads=grads, tail=[odd])  # fmt: skip
 
 
+def test_health_kernel_copies_its_result_to_the_host(cuda_ext):
+    # A step read behind gets its numbers through a pinned copy queued by the op itself;
+    # a long GPU wait before the sums are made shows the copy follows them on the stream.
+    s = splats(3000, seed=5)
+    grads = [torch.randn_like(p) for p in s.values()]
+    stats = torch.tensor([0.125, 2.0, 0.5, 7.0], device="cuda")
+    host = torch.full((health.SUMS + 4,), float("nan"), dtype=torch.float64).pin_memory()
+    torch.cuda._sleep(2_000_000)
+    got = health.health_sums(s, grads, tail=[stats], host=host)
+    done = torch.cuda.Event()
+    done.record()
+    done.synchronize()
+    assert torch.equal(host, got.cpu())
+    # The PyTorch path (a tail the kernel does not take) fills it as well.
+    odd = torch.tensor([1.5, 2.5, 3.5, 4.5], dtype=torch.float64, device="cuda")
+    host.fill_(float("nan"))
+    got = health.health_sums(s, grads, tail=[odd], host=host)
+    torch.cuda.synchronize()
+    assert torch.equal(host, got.cpu())
+    args = {"scales": s["scales"], "opacities": s["opacities"], "params": list(s.values()),
+            "grads": grads, "tail": [stats]}  # fmt: skip
+    for bad in (torch.empty(3, dtype=torch.float64), torch.empty(13), host.cuda()):
+        with pytest.raises(RuntimeError, match="host must be a contiguous float64 CPU tensor"):
+            kernels.health_sums(**args, host=bad)
+    with pytest.raises(ValueError, match="host must be a float64 CPU tensor"):
+        health.health_sums(s, grads, tail=[odd], host=torch.empty(3, dtype=torch.float64))
+
+
 def test_health_kernel_reads_unaligned_tensors_and_their_leftovers(cuda_ext):
     # Tensors that start off a 16-byte boundary are read value by value, an aligned one's last
     # numel % 4 values too; a NaN or Inf counts wherever it sits.

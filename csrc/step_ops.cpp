@@ -25,8 +25,9 @@ namespace {
 // d loss / d loss = 1: a float32 scalar on `like`'s device, made once per device and kept
 // for the process (a fill and an allocation a step before). Never freed: a static tensor's
 // destructor could run after the CUDA context is gone. The fill is waited for once, so
-// that a step on another stream never reads it unfilled.
-const at::Tensor& unit_on(const at::Tensor& like) {
+// that a step on another stream never reads it unfilled; where that first call comes
+// inside a CUDA graph capture, which forbids the wait, the graph gets a tensor of its own.
+at::Tensor unit_on(const at::Tensor& like) {
   constexpr int kDevices = 64;
   static std::mutex mutex;
   static at::Tensor* ones[kDevices] = {};
@@ -35,8 +36,12 @@ const at::Tensor& unit_on(const at::Tensor& like) {
               " is beyond the ", kDevices, " this build counts");
   const std::lock_guard<std::mutex> lock(mutex);
   if (ones[device] == nullptr) {
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return at::ones({}, like.options());
     auto* one = new at::Tensor(at::ones({}, like.options()));
-    C10_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream(device)));
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
     ones[device] = one;
   }
   return *ones[device];
@@ -92,7 +97,7 @@ std::vector<at::Tensor> train_forward_backward(
   if (capacity > 0)  // a render that lacks intersections closes the step's gate
     launch_flag_overflow(count.data_ptr<int64_t>(), capacity, stats.data_ptr<float>(),
                          c10::cuda::getCurrentCUDAStream());
-  const at::Tensor& one = unit_on(stats);
+  const at::Tensor one = unit_on(stats);
   auto v_rgb = photometric_backward(rgb, target, loss[1], loss[2], loss[3], pad, sigma, lambda,
                                     one, std::nullopt, std::nullopt, std::nullopt);
 

@@ -108,6 +108,20 @@ def test_the_background_is_saved_and_read_back(tmp_path) -> None:
         GaussianModel.load(tmp_path / "bad.pt")
 
 
+def test_splat_dict_reads_its_parameters_without_module_getattr(monkeypatch) -> None:
+    splats = GaussianModel.from_points(torch.rand(5, 3), torch.rand(5, 3)).splats
+
+    def refuse(self, name):
+        raise AssertionError(f"nn.Module.__getattr__({name!r})")
+
+    monkeypatch.setattr(torch.nn.Module, "__getattr__", refuse)
+    assert splats["means"].shape == (5, 3)
+    assert [p.shape[0] for p in splats.values()] == [5] * 6
+    plain = torch.nn.ParameterDict.__getitem__
+    with pytest.raises(AssertionError, match="__getattr__"):
+        plain(splats, "means")  # the path a ParameterDict takes
+
+
 def test_splat_dict_looks_up_as_a_parameter_dict() -> None:
     model = GaussianModel.from_points(torch.rand(5, 3), torch.rand(5, 3), sh_degree=1)
     splats = model.splats

@@ -140,6 +140,8 @@ class TrainingControl:
             raise
         finally:
             if bar is not None:
+                if self.history:  # the numbers of the step it stopped at, however it stopped
+                    _show(bar, self.history[-1])
                 bar.close()
         if guard.requested:
             self._finish("stopped")
@@ -164,9 +166,10 @@ class TrainingControl:
             last = self._deliver_one()
             if bar is not None:
                 # The numbers only where this update redraws the bar (tqdm redraws at most
-                # every mininterval seconds), and on the last step: formatting them every
-                # step cost host time that early, host-bound steps wait for.
-                if time.time() - bar.last_print_t >= bar.mininterval or bar.n + 1 >= bar.total:
+                # every mininterval seconds; run() shows the last step's as it closes it):
+                # formatting them every step cost host time that early, host-bound steps
+                # wait for. A disabled bar (TQDM_DISABLE) has no redraw clock.
+                if not bar.disable and time.time() - bar.last_print_t >= bar.mininterval:
                     _show(bar, last)
                 bar.update(1)
         return last

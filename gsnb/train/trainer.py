@@ -265,7 +265,7 @@ class Trainer(TrainingControl):
         # Read one step behind (run and start): the step launched, not yet read back, and
         # the step count before which the loop reads every step at once (None: always).
         self._in_flight: _InFlight | None = None
-        self._read_slots: list[tuple[Tensor, torch.cuda.Event]] = []  # see _read_slot
+        self._read_slots: list[tuple[Tensor, Tensor, torch.cuda.Event]] = []  # _read_slot
         self._read_behind_until: int | None = None
         self._ready: list[StepMetrics] = []  # counted, not yet given to _after_step
         self._save_lock = threading.Lock()
@@ -664,18 +664,25 @@ class Trainer(TrainingControl):
         self._count(half, events, time.perf_counter() - half.start)
 
     def _read_slot(self, length: int) -> tuple[Tensor, torch.cuda.Event]:
-        """A pinned float64 host tensor of ``length`` values and an event, for a step read
-        behind: two pairs, reused while the sums keep their length (a new pinned allocation
-        and event cost more host time a step than the copy's launch), the one that the step
-        in flight does not hold (its copy is not read yet)."""
-        slots = self._read_slots
-        if not slots or slots[0][0].numel() != length:
-            slots[:] = [
-                (torch.empty(length, dtype=torch.float64, pin_memory=True), torch.cuda.Event())
-                for _ in range(2)
-            ]
+        """``length`` values of a pinned float64 host tensor and an event, for a step read
+        behind: two pairs, reused (a new pinned allocation and event cost more host time a
+        step than the copy's launch), the one that the step in flight does not hold (its
+        copy is not read yet). The copy into them is queued by ``health_sums`` itself, which
+        torch's pinned allocator does not see: they are dropped only for longer ones, once
+        the stream has passed every copy queued into them (an abandoned step's too)."""
+        slots = self._read_slots  # (whole tensor, its first `length` values, event) twice
+        if not slots or slots[0][0].numel() < length:
+            if slots:
+                torch.cuda.current_stream(self._device_index).synchronize()
+            size = max(length, 16)
+            whole = [torch.empty(size, dtype=torch.float64, pin_memory=True) for _ in range(2)]
+            slots[:] = [(t, t, torch.cuda.Event()) for t in whole]
+        if slots[0][1].numel() != length:
+            slots[:] = [(t, t[:length], event) for t, _, event in slots]
         flight = self._in_flight
-        return slots[1] if flight is not None and flight.values is slots[0][0] else slots[0]
+        busy = flight is not None and flight.values.data_ptr() == slots[0][0].data_ptr()
+        _, values, event = slots[1] if busy else slots[0]
+        return values, event
 
     def _count(self, half: _HalfStep, events: dict[str, int], seconds: float) -> None:
         """The metrics of a finished, read step into ``history`` and ``_ready``."""

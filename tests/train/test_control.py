@@ -227,25 +227,47 @@ def test_the_heap_is_frozen_while_a_loop_trains_and_given_back_after(make_scene)
     assert gc.get_freeze_count() == 0
 
 
-def test_the_progress_bar_ends_on_the_last_steps_numbers(make_scene, monkeypatch) -> None:
+def _bars(monkeypatch, **options):
+    """Progress bars the runs make, each with a list of the numbers put beside it."""
+    from tqdm import tqdm
+
     import gsnb.train.control as control
 
-    bars, shown = [], []
+    made = []
 
     def bar(done: int, total: int):
-        from tqdm import tqdm
-
-        made = tqdm(total=total, initial=done, mininterval=3600.0)
-        plain = made.set_postfix
-        made.set_postfix = lambda **kw: (shown.append(kw), plain(**kw))
-        bars.append(made)
-        return made
+        b = tqdm(total=total, initial=done, **options)
+        b.shown = []
+        plain = b.set_postfix
+        b.set_postfix = lambda **kw: (b.shown.append(kw), plain(**kw))
+        made.append(b)
+        return b
 
     monkeypatch.setattr(control, "_progress_bar", bar)
+    return made
+
+
+def _numbers(m) -> str:
+    return f"gaussians={m.num_gaussians}, loss={m.loss:.4f}, psnr={m.psnr:.2f}"
+
+
+def test_the_progress_bar_ends_on_the_last_steps_numbers(make_scene, monkeypatch) -> None:
+    bars = _bars(monkeypatch, mininterval=3600.0, disable=False)
     trainer = Trainer(make_scene(), TrainConfig(steps=6))
     last = trainer.run(progress=True)
     assert bars[0].n == 6
-    # Redrawn once an hour at most: the numbers are formatted for the last step alone.
-    assert len(shown) == 1
-    want = f"gaussians={last.num_gaussians}, loss={last.loss:.4f}, psnr={last.psnr:.2f}"
-    assert bars[0].postfix == want
+    # Redrawn once an hour at most: the numbers are formatted once, as the bar closes.
+    assert len(bars[0].shown) == 1
+    assert bars[0].postfix == _numbers(last)
+    # Stopped early (a callback asks after step 3): the bar ends on step 3's numbers.
+    trainer = Trainer(make_scene(), TrainConfig(steps=50))
+    trainer.on_step(lambda m: trainer.stop() if m.step == 3 else None)
+    trainer.run(progress=True)
+    assert bars[1].n == trainer.step_count and bars[1].postfix == _numbers(trainer.history[-1])
+
+
+def test_a_disabled_progress_bar_trains(make_scene, monkeypatch) -> None:
+    # TQDM_DISABLE=1 makes every bar a disabled one, which has no redraw clock.
+    bars = _bars(monkeypatch, disable=True)
+    trainer = Trainer(make_scene(), TrainConfig(steps=4))
+    assert trainer.run(progress=True).step == 4 and bars[0].disable

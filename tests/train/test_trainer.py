@@ -183,3 +183,44 @@ def test_adam_skips_only_sh_bands_the_render_alone_left_without_gradients(make_s
     assert trainer._active_sh(2, True) == {"shN": 24}
     assert trainer._active_sh(3, True) is None  # every band in use
     assert trainer._active_sh(1, False) is None  # a regulariser may reach any band
+
+
+def test_read_back_slots_alternate_and_outlive_queued_copies(make_scene, monkeypatch) -> None:
+    # The two pinned read-back tensors (CUDA only; stood in for here): a step takes the one
+    # the step in flight does not hold, and longer sums replace them only after the stream
+    # has passed every copy queued into them.
+    from types import SimpleNamespace
+
+    import gsnb.train.trainer as trainer_module
+
+    trainer = Trainer(make_scene(), TrainConfig(steps=2))
+    syncs = []
+    plain_empty = torch.empty
+    fake_cuda = SimpleNamespace(
+        Event=lambda: object(),
+        current_stream=lambda index: SimpleNamespace(synchronize=lambda: syncs.append(index)),
+    )
+    monkeypatch.setattr(
+        trainer_module.torch,
+        "empty",
+        lambda *a, pin_memory=False, **kw: plain_empty(*a, **kw),
+    )
+    monkeypatch.setattr(trainer_module.torch, "cuda", fake_cuda)
+
+    def in_flight(values):
+        trainer._in_flight = None if values is None else SimpleNamespace(values=values)
+
+    a, event_a = trainer._read_slot(14)
+    assert a.numel() == 14 and a.dtype == torch.float64 and not syncs
+    in_flight(a)
+    b, event_b = trainer._read_slot(14)
+    assert b.data_ptr() != a.data_ptr() and event_b is not event_a
+    in_flight(b)
+    again, _ = trainer._read_slot(14)
+    assert again.data_ptr() == a.data_ptr() and again is a  # the same view, not a new slice
+    in_flight(again)
+    shorter, _ = trainer._read_slot(13)  # an unfused step: fewer values, the same memory
+    assert shorter.numel() == 13 and shorter.data_ptr() == b.data_ptr() and not syncs
+    in_flight(None)
+    longer, _ = trainer._read_slot(40)  # longer sums: new tensors, once the stream is through
+    assert longer.numel() == 40 and syncs == [trainer._device_index]

@@ -26,7 +26,6 @@ from gsnb.data.dataset import SceneDataset
 from gsnb.train.config import TrainConfig
 from gsnb.train.estimate import RunTimeEstimate, backend_text
 from gsnb.train.filter3d import exported_model
-from gsnb.train.metrics_file import write_metrics
 from gsnb.train.options import (
     add_config_options,
     add_nproc_option,
@@ -572,7 +571,7 @@ def finish_run(
 
     write_ply(out / PLY_NAME, exported_model(trainer).splats)
     files["ply"] = str(out / PLY_NAME)
-    files["metrics"] = str(write_metrics(out, trainer.history, trainer.leg_start_step))
+    files["metrics"] = str(trainer.write_metrics(out))
     files["summary"] = str(out / "summary.json")
     if timeline is not None:
         timeline.mark("files")

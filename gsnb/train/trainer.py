@@ -34,7 +34,7 @@ from gsnb.train.knobs import Knob, check_value, describe_knobs
 from gsnb.train.losses import photometric_terms, psnr_from_mse
 from gsnb.train.memory import MemoryWatch, choose_images_on
 from gsnb.train.metrics import StepMetrics
-from gsnb.train.metrics_file import write_metrics
+from gsnb.train.metrics_file import MetricLines, write_metrics
 from gsnb.train.optim import learning_rates, make_optimizer, set_learning_rates
 from gsnb.train.pose_refine import MovedGaussians
 from gsnb.train.rendering import BackendRenderer, Renderer, render_model, screen_absgrad
@@ -274,6 +274,7 @@ class Trainer(TrainingControl):
         # Training time of the whole run (all legs), and since the last checkpoint.
         self.train_seconds = 0.0
         self.leg_start_step = 0
+        self._metric_lines = MetricLines()  # each counted step's line of metrics.jsonl
         self.leg_start_seconds = 0.0
         self._since_checkpoint = 0.0
         # Seconds the last checkpoint took to write (0.0 before the first): sets their interval.
@@ -718,6 +719,7 @@ class Trainer(TrainingControl):
         )
         self.history.append(metrics)
         self._ready.append(metrics)
+        self._metric_lines(metrics)  # made now, between steps, not at the checkpoint
 
     def _densify_failure(self, step: int, err: BaseException) -> DensifyError:
         what = (
@@ -1058,6 +1060,13 @@ class Trainer(TrainingControl):
         """``out_dir/checkpoint.pt``, or None without an ``out_dir``."""
         return None if self.config.out_dir is None else Path(self.config.out_dir) / CHECKPOINT_NAME
 
+    def write_metrics(self, folder: str | os.PathLike[str]) -> Path:
+        """Write ``folder/metrics.jsonl`` atomically (the folder made if missing): the lines it
+        holds of the legs before a resume, then every step of :attr:`history`, one JSON line
+        each (made once per step)."""
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return write_metrics(Path(folder), self.history, self.leg_start_step, self._metric_lines)
+
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the whole training state (model, Adam, strategy, step, config, RNGs) atomically.
 
@@ -1100,7 +1109,7 @@ class Trainer(TrainingControl):
                 # leaves no checkpoint newer than its metrics (a resume drops metrics
                 # newer than its checkpoint when it next writes them).
                 folder.mkdir(parents=True, exist_ok=True)
-                write_metrics(folder, history, self.leg_start_step)
+                write_metrics(folder, history, self.leg_start_step, self._metric_lines)
                 written = ckpt.save_with_history(folder, payload, self.config.keep_checkpoints)
             else:
                 written = ckpt.write_checkpoint(path, payload)

@@ -196,7 +196,6 @@ class Trainer(TrainingControl):
         )
         self.device = _resolve_device(cfg.device)
         self._device_index = _device_index(self.device)
-        self._cuda = self.device.type == "cuda"  # steps may be read behind (pinned copies)
         self.default_renderer = BackendRenderer(cfg.backend)
         self.renderer: Renderer = renderer or self.default_renderer
         self.fused_step = True
@@ -540,7 +539,8 @@ class Trainer(TrainingControl):
             counts = [] if fused is None else [fused.intersections]
             tail = [metrics, *counts]
             # Copied to the host as it is made, for a step read behind (_densify_and_count).
-            slot = self._read_slot(SUMS + sum(t.numel() for t in tail)) if self._cuda else None
+            on_cuda = self._device_index >= 0
+            slot = self._read_slot(SUMS + sum(t.numel() for t in tail)) if on_cuda else None
             values = health_sums(
                 self.model.splats, grads, tail=tail, host=None if slot is None else slot[0]
             )

@@ -66,6 +66,27 @@ RECIPES: dict[str, dict[str, Any]] = {
     "mcmc": {"strategy": "mcmc"},
     # gsplat's normalize_world_space: the capture in a canonical frame (gsnb.data.normalize)
     "normalize_world": {"dataset": {"normalize_world": True}},
+    # The loss, colour and densification knobs (benchmarks/results/quality_knobs_h200.json)
+    "sh1": {"config": {"sh_degree": 1}},
+    "sh2": {"config": {"sh_degree": 2}},
+    "sh_int500": {"config": {"sh_degree_interval": 500}},
+    "sh_int250": {"config": {"sh_degree_interval": 250}},
+    "lr_shN_x2": {"config": {"lr_shN": 2.5e-4}},
+    "ssim0.1": {"config": {"ssim_lambda": 0.1}},
+    "ssim0.3": {"config": {"ssim_lambda": 0.3}},
+    "ssim0.4": {"config": {"ssim_lambda": 0.4}},
+    "sh2_ssim0.1": {"config": {"sh_degree": 2, "ssim_lambda": 0.1}},
+    "ssim0.3_sh_int500": {"config": {"ssim_lambda": 0.3, "sh_degree_interval": 500}},
+    "stop6000": {"strategy_kwargs": {"refine_stop_iter": 6000}},
+    "ssim0.3_noreset": {
+        "config": {"ssim_lambda": 0.3},
+        "strategy_kwargs": {"opacity_reset": False},
+    },
+    "ssim0.3_grow1.5e-4": {
+        "config": {"ssim_lambda": 0.3},
+        "strategy_kwargs": {"grow_grad2d": 1.5e-4},
+    },
+    "noreset_grow1.5e-4": {"strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4}},
 }
 
 

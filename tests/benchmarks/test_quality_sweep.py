@@ -66,6 +66,23 @@ def test_recipes_are_checked() -> None:
     }
 
 
+def test_every_named_recipe_builds_its_config_and_strategy() -> None:
+    from gsnb.train.config import TrainConfig
+    from gsnb.train.strategy import DefaultStrategy, MCMCStrategy
+
+    strategies = {"default": DefaultStrategy, "mcmc": MCMCStrategy}
+    for name, recipe in quality_sweep.RECIPES.items():
+        config = TrainConfig(**recipe.get("config", {}))
+        strategy = strategies[recipe.get("strategy", "default")](
+            **recipe.get("strategy_kwargs", {})
+        )
+        for key, value in recipe.get("config", {}).items():
+            assert getattr(config, key) == value, name
+        for key, value in recipe.get("strategy_kwargs", {}).items():
+            assert getattr(strategy, key) == value, name
+        assert set(recipe.get("dataset", {})) <= {"normalize_world"}, name
+
+
 def test_a_run_past_its_timeout_is_a_failed_run(tmp_path: Path) -> None:
     cmd = [sys.executable, "-c", "print('started', flush=True); import time; time.sleep(30)"]
     row = quality_sweep.one_run(cmd, tmp_path / "log.txt", timeout=5.0)  # time to start

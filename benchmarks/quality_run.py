@@ -29,14 +29,20 @@ from gsnb.data.normalize import normalize_world
 from gsnb.train import TrainConfig, Trainer
 from gsnb.train.strategy import DefaultStrategy, MCMCStrategy
 
+STRATEGIES = {"default": DefaultStrategy, "mcmc": MCMCStrategy}
+"""The STRATEGY argument's names."""
+DATASET_OPTIONS = frozenset({"normalize_world"})
+"""The keys DATASET_JSON may hold."""
+
 
 def main() -> None:
     name, seed, steps, data, downscale, strategy, strategy_kw, config_kw = sys.argv[1:9]
     dataset_kw = json.loads(sys.argv[9]) if len(sys.argv) > 9 else {}
-    unknown = set(dataset_kw) - {"normalize_world"}
+    unknown = set(dataset_kw) - DATASET_OPTIONS
     if unknown:
-        raise SystemExit(f"unknown dataset options {sorted(unknown)}; known: normalize_world")
-    make = {"default": DefaultStrategy, "mcmc": MCMCStrategy}[strategy]
+        known = ", ".join(sorted(DATASET_OPTIONS))
+        raise SystemExit(f"unknown dataset options {sorted(unknown)}; known: {known}")
+    make = STRATEGIES[strategy]
     config = TrainConfig(
         data=data,
         steps=int(steps),

@@ -67,20 +67,20 @@ def test_recipes_are_checked() -> None:
 
 
 def test_every_named_recipe_builds_its_config_and_strategy() -> None:
-    from gsnb.train.config import TrainConfig
-    from gsnb.train.strategy import DefaultStrategy, MCMCStrategy
+    import quality_run
 
-    strategies = {"default": DefaultStrategy, "mcmc": MCMCStrategy}
+    from gsnb.train.config import TrainConfig
+
     for name, recipe in quality_sweep.RECIPES.items():
         config = TrainConfig(**recipe.get("config", {}))
-        strategy = strategies[recipe.get("strategy", "default")](
+        strategy = quality_run.STRATEGIES[recipe.get("strategy", "default")](
             **recipe.get("strategy_kwargs", {})
         )
         for key, value in recipe.get("config", {}).items():
             assert getattr(config, key) == value, name
         for key, value in recipe.get("strategy_kwargs", {}).items():
             assert getattr(strategy, key) == value, name
-        assert set(recipe.get("dataset", {})) <= {"normalize_world"}, name
+        assert set(recipe.get("dataset", {})) <= quality_run.DATASET_OPTIONS, name
 
 
 def test_a_run_past_its_timeout_is_a_failed_run(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,6 +47,38 @@ FORWARDS = {"no_segments": (-1, 0), "segments_recorded": (0, -1), "segments_two_
 def one_camera(s: dict) -> dict:
     """The scene seen from its first camera only."""
     return s | {"viewmats": s["viewmats"][:1], "Ks": s["Ks"][:1]}
+
+
+def scene_options(parser: argparse.ArgumentParser, rounds: int, scenes: str) -> None:
+    """The options a side-by-side of the compositing's layouts shares: --out, --fox,
+    --rounds (turns of every setting), --repeat (timed calls a turn) and --scenes."""
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--fox", type=Path, default=FOX)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--scenes", default=scenes)
+
+
+def time_scenes(names: str, fox: Path, time_scene_fn: Callable[[dict], dict]) -> dict:
+    """``time_scene_fn``'s row for each scene of the comma-separated ``names`` (and
+    ``fox_trained_half`` also seen from one camera, ``fox_trained_half_1cam``), after the
+    scene's cameras and image size; each row is printed as it comes."""
+    rows: dict = {}
+    for name in names.split(","):
+        s = scene_by_name(name, fox)
+        variants = {name: s}
+        if name == "fox_trained_half":
+            variants[f"{name}_1cam"] = one_camera(s)
+        for key, scene in variants.items():
+            row = {
+                "cameras": int(scene["viewmats"].shape[0]),
+                "width": scene["width"],
+                "height": scene["height"],
+                **time_scene_fn(scene),
+            }
+            rows[key] = row
+            print(key, row, flush=True)
+    return rows
 
 
 def use(rows: int, segments: int, forward: int) -> None:
@@ -82,34 +115,18 @@ def time_scene(s: dict, rounds: int, repeat: int, lengths: tuple[int, ...] = ())
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
-    parser.add_argument("--fox", type=Path, default=FOX)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument(
-        "--scenes",
-        default="random_1M,fox_4cams,fox_trained_full,fox_trained_half,fox_trained_small",
+    scene_options(
+        parser, 3, "random_1M,fox_4cams,fox_trained_full,fox_trained_half,fox_trained_small"
     )
     parser.add_argument(
         "--lengths", default="", help="segment lengths to time too (multiples of 256): 512,2048"
     )
     args = parser.parse_args()
     lengths = tuple(int(n) for n in args.lengths.split(",") if n)
-    results: dict = {"environment": environment(), "scenes": {}}
-    for name in args.scenes.split(","):
-        s = scene_by_name(name, args.fox)
-        variants = {name: s}
-        if name == "fox_trained_half":
-            variants[f"{name}_1cam"] = one_camera(s)
-        for key, scene in variants.items():
-            row = {
-                "cameras": int(scene["viewmats"].shape[0]),
-                "width": scene["width"],
-                "height": scene["height"],
-                **time_scene(scene, args.rounds, args.repeat, lengths),
-            }
-            results["scenes"][key] = row
-            print(key, row, flush=True)
+    scenes = time_scenes(
+        args.scenes, args.fox, lambda s: time_scene(s, args.rounds, args.repeat, lengths)
+    )
+    results = {"environment": environment(), "scenes": scenes}
     write_json(args.out / "rows_h200.json", results)
     print(f"wrote {args.out / 'rows_h200.json'}")
     return 0

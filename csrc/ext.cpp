@@ -8,7 +8,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 13;
+  m.attr("ABI_VERSION") = 14;
   // Every entry point runs without the GIL: each only launches work on a stream (binning
   // also waits for its count), so another Python thread -- training beside a viewer or a
   // notebook's widgets -- runs meanwhile instead of waiting for this one's GPU.
@@ -47,6 +47,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_rasterize_rows", &gsnb::set_rasterize_rows,
         "pixels a thread of the backward compositing shades: 0 by the grid's size, 1 or 2",
         py::arg("rows"));
+  m.def("set_rasterize_patch", &gsnb::set_rasterize_patch,
+        "the width of a backward compositing warp's pixel patch: 0 the default, 8 or 16",
+        py::arg("width"));
   m.def("set_rasterize_segments", &gsnb::set_rasterize_segments,
         "segments of long splat lists for the backward compositing: 0 by the grid's size, "
         "-1 none, or a multiple of 256",

@@ -160,6 +160,13 @@ void launch_rasterize_backward(
 int rasterize_rows_override(int rows);
 int rasterize_rows_setting();
 
+// The width of the pixel patch a warp of the backward compositing covers
+// (rasterize_backward.cu): kPatchWidth unless forced. rasterize_patch_override: 0 restores
+// the default, 8 or 16 force it; returns the previous setting.
+constexpr int kPatchWidth = 8;
+int rasterize_patch_override(int width);
+int rasterize_patch_width();
+
 // ---- ssim.cu ------------------------------------------------------------------------------
 
 constexpr int kWin = 11;  // the Gaussian window's side

@@ -91,6 +91,10 @@ std::vector<at::Tensor> rasterize_backward(
 // float additions). Returns the previous setting.
 int64_t set_rasterize_rows(int64_t rows);
 
+// The width of a backward compositing warp's pixel patch: 0 (the default, 8), 8 or 16 force
+// it (benchmarks, tests); the gradients agree either way. Returns the previous setting.
+int64_t set_rasterize_patch(int64_t width);
+
 // Segments of long splat lists for the backward compositing (raster.cuh): 0 (the default)
 // on the small grids that shade one row a thread, -1 none, or a forced length (a positive
 // multiple of 256). Returns the previous setting.

@@ -31,9 +31,24 @@ constexpr int grad_values() {
 }
 
 // Each thread shades ROWS (rasterize_rows: 2, or 1 for grids too small to fill the GPU)
-// vertically adjacent pixels of its tile's column, so a warp covers a 16 x (2 ROWS) patch
-// and the warp-wide sum of a splat's gradients, which costs more than a pixel's own
-// arithmetic, is paid once for 32 ROWS pixels.
+// vertically adjacent pixels of its tile's column, so a warp covers 32 ROWS pixels and the
+// warp-wide sum of a splat's gradients, which costs more than a pixel's own arithmetic, is
+// paid once for all of them. The warp's pixels form a patch of the tile PATCH pixels wide:
+// 8 (8 x 4 ROWS, the default: kPatchWidth) or 16 (whole rows, 16 x 2 ROWS). A small splat
+// meets fewer of the squarer patches, and so fewer of those sums.
+
+// Thread `tr`'s column x and first row y in its tile with patches PATCH (8 or 16) wide: x =
+// warp % (16 / PATCH) * PATCH + lane % PATCH, y = (warp / (16 / PATCH) * (32 / PATCH) + lane /
+// PATCH) * ROWS, in shifts (written with / and %, ptxas gave two rows a thread 64 registers
+// against 56). PATCH 16 is thread (x, y) of a (16, 16 / ROWS) block.
+template <int PATCH, int ROWS>
+__device__ __forceinline__ void patch_pixel(int tr, int& x, int& y) {
+  static_assert(PATCH == 8 || PATCH == kTile, "patches 8 or 16 pixels wide");
+  constexpr int kLog = PATCH == 8 ? 3 : 4;  // log2 of PATCH
+  const int warp = tr >> 5, lane = tr & 31;
+  x = ((warp & ((kTile >> kLog) - 1)) << kLog) | (lane & (PATCH - 1));
+  y = (((warp >> (4 - kLog)) << (5 - kLog)) + (lane >> kLog)) * ROWS;
+}
 
 // One pixel's walk back through its splats: what it carries from splat to splat.
 template <int CH>
@@ -129,10 +144,11 @@ __device__ __forceinline__ void find_unknown_ends(
   __syncthreads();  // the batches' shared memory is the caller's again
 }
 
-// A (kTile, kTile / ROWS) block per (camera, tile); thread (x, y) shades the tile's
-// column x in rows ROWS y .. ROWS y + ROWS - 1. ABS: v_means2d_abs is given (AbsGS); the
+// A (kTile, kTile / ROWS) block per (camera, tile); thread tr shades ROWS pixels of a
+// column of its warp's patch, PATCH pixels wide (patch_pixel); the forward's thread of a
+// pixel is the pixel's rank in the tile row by row. ABS: v_means2d_abs is given (AbsGS); the
 // warp sums then carry two more values.
-template <int CH, int ROWS, bool ABS>
+template <int CH, int ROWS, int PATCH, bool ABS>
 __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
     int num_cams, int num_opacities, int width, int height, int tiles_x, int tiles_y, int m,
     const float2* __restrict__ means2d, const float3* __restrict__ conics,
@@ -173,7 +189,9 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
   const int cam = tile / num_tiles, tile_y = tile % num_tiles / tiles_x;
   const int tile_x = tile % tiles_x;
   const int tr = threadIdx.y * kTile + threadIdx.x, lane = tr & 31;
-  const int j = tile_x * kTile + threadIdx.x;
+  int x = 0, y = 0;  // the thread's column and first row in the tile
+  patch_pixel<PATCH, ROWS>(tr, x, y);
+  const int j = tile_x * kTile + x;
   __shared__ int s_id[kThreads];
   __shared__ float4 s_geo[kThreads];
   __shared__ float2 s_bo[kThreads];
@@ -186,7 +204,7 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     PixelBack<CH>& q = px[r];
-    const int i = tile_y * kTile + threadIdx.y * ROWS + r;
+    const int i = tile_y * kTile + y + r;
     const bool inside = i < height && j < width;
     const int64_t pix = ((int64_t)cam * height + i) * width + j;
     q.px = (float)j + 0.5f;
@@ -228,7 +246,7 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
       PixelBack<CH>& q = px[r];
       if (q.last <= hi) continue;
       // The walk goes on past the segment: it enters it from hi with the recorded state.
-      const int at = (threadIdx.y * ROWS + r) * kTile + threadIdx.x;  // the forward's thread
+      const int at = (y + r) * kTile + x;  // the forward's thread
       q.T = state[at];
       q.behind = 0.f;
 #pragma unroll
@@ -329,7 +347,7 @@ __global__ void __launch_bounds__(kBlock / ROWS) rasterize_backward_kernel(
   }
 }
 
-template <int CH, int ROWS>
+template <int CH, int ROWS, int PATCH>
 void launch_rows(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
                  const float* means2d, const float* conics, const float* feats,
                  const float* opacities, bool stored, const int* offsets, const int* flat_ids,
@@ -342,8 +360,8 @@ void launch_rows(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
   const dim3 grid = seg_starts != nullptr ? dim3((unsigned)num_segments)
                                           : dim3(tiles_x, tiles_y, c);
   const dim3 block(kTile, kTile / ROWS);
-  const auto kernel = v_abs != nullptr ? rasterize_backward_kernel<CH, ROWS, true>
-                                       : rasterize_backward_kernel<CH, ROWS, false>;
+  const auto kernel = v_abs != nullptr ? rasterize_backward_kernel<CH, ROWS, PATCH, true>
+                                       : rasterize_backward_kernel<CH, ROWS, PATCH, false>;
   kernel<<<grid, block, 0, stream>>>(
       c, n, width, height, tiles_x, tiles_y, m, reinterpret_cast<const float2*>(means2d),
       reinterpret_cast<const float3*>(conics), feats, opacities, stored, offsets, flat_ids,
@@ -352,13 +370,22 @@ void launch_rows(int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,
 }
 
 std::atomic<int> rows_setting{0};
+std::atomic<int> patch_setting{0};
+
+template <int CH, int ROWS, typename... Args>
+void launch_patch(Args... args) {
+  if (rasterize_patch_width() == kPatchWidth)
+    launch_rows<CH, ROWS, kPatchWidth>(args...);
+  else
+    launch_rows<CH, ROWS, kTile>(args...);
+}
 
 template <int CH, typename... Args>
 void launch(int64_t c, int64_t n, int64_t width, int64_t height, Args... args) {
   if (rasterize_rows(c, width, height) == 2)
-    launch_rows<CH, 2>(c, n, width, height, args...);
+    launch_patch<CH, 2>(c, n, width, height, args...);
   else
-    launch_rows<CH, 1>(c, n, width, height, args...);
+    launch_patch<CH, 1>(c, n, width, height, args...);
 }
 
 }  // namespace
@@ -366,6 +393,13 @@ void launch(int64_t c, int64_t n, int64_t width, int64_t height, Args... args) {
 int rasterize_rows_override(int rows) { return rows_setting.exchange(rows); }
 
 int rasterize_rows_setting() { return rows_setting.load(std::memory_order_relaxed); }
+
+int rasterize_patch_override(int width) { return patch_setting.exchange(width); }
+
+int rasterize_patch_width() {
+  const int forced = patch_setting.load(std::memory_order_relaxed);
+  return forced != 0 ? forced : kPatchWidth;
+}
 
 void launch_rasterize_backward(
     int64_t channels, int64_t c, int64_t n, int64_t width, int64_t height, int64_t m,

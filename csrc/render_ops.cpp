@@ -410,4 +410,10 @@ int64_t set_rasterize_rows(int64_t rows) {
   return rasterize_rows_override(static_cast<int>(rows));
 }
 
+int64_t set_rasterize_patch(int64_t width) {
+  TORCH_CHECK(width == 0 || width == 8 || width == 16,
+              "set_rasterize_patch: width must be 0 (the default), 8 or 16, got ", width);
+  return rasterize_patch_override(static_cast<int>(width));
+}
+
 }  // namespace gsnb

@@ -37,6 +37,7 @@ __all__ = [
     "require",
     "set_extension",
     "set_rasterize_forward_segments",
+    "set_rasterize_patch",
     "set_rasterize_rows",
     "set_rasterize_segments",
     "ssim_backward",
@@ -278,6 +279,15 @@ def set_rasterize_rows(*, rows: int) -> int:
     either way, to the order of float additions; for benchmarks and tests. Returns the
     previous setting."""
     return require().set_rasterize_rows(rows)
+
+
+def set_rasterize_patch(*, width: int) -> int:
+    """The width of the pixel patch a warp of the backward compositing covers: ``0`` (the
+    default, 8: a warp covers 8 x 4 pixels of its tile, 8 x 8 with two pixel rows a
+    thread), or ``8`` or ``16`` forced (16: whole rows of the tile, 16 x 2 or
+    16 x 4). The gradients agree either way, to the order of float additions; for benchmarks
+    and tests. Returns the previous setting."""
+    return require().set_rasterize_patch(width)
 
 
 def set_rasterize_forward_segments(*, mode: int) -> int:

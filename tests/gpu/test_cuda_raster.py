@@ -24,24 +24,32 @@ KEYS = ("means", "quats", "scales", "opacities", "colors")
 # lists (0: gsnb's choice by the grid's size, which for these small images is one pixel a
 # thread and segments of 512 splats; -1: none; 256: forced short ones, several a tile), and
 # whether the forward walks the segments at once (0: gsnb's choice, which for these small
-# images is yes; -1: one block a tile, recording the segments' states on its way).
+# images is yes; -1: one block a tile, recording the segments' states on its way), and the
+# width of a backward compositing warp's pixel patch (0: gsnb's choice, 8; 16: whole rows
+# of the tile).
 LAYOUTS = {
-    "one_row": (1, 0, 0),
-    "two_rows": (2, 0, 0),
-    "one_row_unsegmented": (1, -1, 0),
-    "one_row_segments_256": (1, 256, 0),
-    "two_rows_segments_256": (2, 256, 0),
-    "one_row_segments_256_recorded": (1, 256, -1),
-    "one_row_recorded": (1, 0, -1),
+    "one_row": (1, 0, 0, 0),
+    "two_rows": (2, 0, 0, 0),
+    "one_row_unsegmented": (1, -1, 0, 0),
+    "one_row_segments_256": (1, 256, 0, 0),
+    "two_rows_segments_256": (2, 256, 0, 0),
+    "one_row_segments_256_recorded": (1, 256, -1, 0),
+    "one_row_recorded": (1, 0, -1, 0),
+    "one_row_patch_16": (1, 0, 0, 16),
+    "two_rows_patch_16": (2, 0, 0, 16),
+    "one_row_segments_256_patch_16": (1, 256, 0, 16),
+    "two_rows_segments_256_patch_16": (2, 256, 0, 16),
+    "one_row_segments_256_recorded_patch_16": (1, 256, -1, 16),
 }
 
 
-def use_layout(rows: int, segments: int, forward: int) -> tuple[int, int, int]:
+def use_layout(rows: int, segments: int, forward: int, patch: int) -> tuple[int, int, int, int]:
     """Sets the compositing's layout; returns the previous one."""
     return (
         kernels.set_rasterize_rows(rows=rows),
         kernels.set_rasterize_segments(length=segments),
         kernels.set_rasterize_forward_segments(mode=forward),
+        kernels.set_rasterize_patch(width=patch),
     )
 
 
@@ -253,6 +261,8 @@ def test_the_backward_layouts_give_the_same_gradients(layout):
         kernels.set_rasterize_segments(length=300)
     with pytest.raises(RuntimeError, match=r"mode must be 0 \(by the grid's size\)"):
         kernels.set_rasterize_forward_segments(mode=2)
+    with pytest.raises(RuntimeError, match=r"width must be 0 \(the default\), 8 or 16"):
+        kernels.set_rasterize_patch(width=4)
 
 
 def test_several_cameras_equal_one_at_a_time(cuda_ext):

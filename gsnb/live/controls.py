@@ -130,7 +130,14 @@ def section_of(knob: Knob) -> str:
     return "Schedule and checks"
 
 
-RENDERING_KNOBS = ("rasterize_mode", "filter3d", "exposure", "pose_refine", "pose_weight_decay")
+RENDERING_KNOBS = (
+    "rasterize_mode",
+    "filter3d",
+    "exposure",
+    "pose_refine",
+    "pose_weight_decay",
+    "pose_refine_start",
+)
 """Knobs of how views are rendered and corrected (their learning rates sit with the others)."""
 
 

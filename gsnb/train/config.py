@@ -132,6 +132,10 @@ class TrainConfig:
             extents (default 1e-5, gsplat's pose_opt_lr). Live.
         pose_weight_decay: Adam weight decay of the pose corrections, pulling them to zero
             (default 1e-6, gsplat's pose_opt_reg). Live.
+        pose_refine_start: the step from which the pose corrections learn (default 0, from
+            the start, as gsplat's pose_opt). Until then the views render with the
+            corrections as they are (zero in a new run), so that the first blurry fit does
+            not pull the cameras its way. Live.
     """
 
     data: str | None = None
@@ -181,6 +185,7 @@ class TrainConfig:
     pose_refine: bool = knob(False)
     lr_pose: float = knob(1e-5, low=0.0, high=1.0, log=True)
     pose_weight_decay: float = knob(1e-6, low=0.0, high=1.0, log=True)
+    pose_refine_start: int = knob(0, low=0)
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -11,7 +11,8 @@ Live switches (``Trainer.set``, the panel), applied at the next step:
 - ``exposure`` off: the transforms are neither learned nor applied (training and
   evaluation see the raw render); on again: they continue from where they were.
 - ``pose_refine`` off: the corrections stop learning but stay applied, since the
-  Gaussians were fitted to the corrected cameras; on again: they learn on.
+  Gaussians were fitted to the corrected cameras; on again: they learn on. They learn
+  from step ``pose_refine_start`` on.
 
 Which views train is fixed when the run starts (``train_test_exp``, by default
 ``exposure`` at the start), because it decides which pixels are training data.
@@ -101,27 +102,39 @@ class ViewCorrections:
         return PROTOCOL_HALVES if self.config.train_test_exp else PROTOCOL_FULL
 
     # ----------------------------------------------------------- a step
-    def gaussians(self, model: Any, viewmat: Tensor, index: int | None) -> Any:
+    def learns_poses(self, step: int | None) -> bool:
+        """Whether the pose corrections learn at ``step`` (None: a render outside a step).
+
+        Example:
+            >>> fix = ViewCorrections(TrainConfig(pose_refine=True, pose_refine_start=500),
+            ...                       ["a.png"], num_halves=0, extent=1.0)
+            >>> fix.learns_poses(499), fix.learns_poses(500), fix.learns_poses(None)
+            (False, True, False)
+        """
+        cfg = self.config
+        return step is not None and cfg.pose_refine and step >= cfg.pose_refine_start
+
+    def gaussians(self, model: Any, viewmat: Tensor, index: int | None, step: int | None) -> Any:
         """``model``, or its Gaussians moved by view ``index``'s pose correction when it has one
-        (:class:`~gsnb.train.pose_refine.MovedGaussians`)."""
-        if index is None or not (self.config.pose_refine or self.poses.learned):
+        (:class:`~gsnb.train.pose_refine.MovedGaussians`): once a correction learned, or
+        where they learn at ``step``."""
+        if index is None or not (self.learns_poses(step) or self.poses.learned):
             return model
         moved = self.poses.moved(model.splats, viewmat, index)
         return MovedGaussians(moved, model.background)
 
-    def passes(self, index: int) -> bool:
-        """Whether view ``index`` trains on the plain render of its whole image: no pose
-        correction, no exposure transform, not a test view's half (:meth:`gaussians` and
+    def passes(self, index: int, step: int) -> bool:
+        """Whether view ``index`` trains at ``step`` on the plain render of its whole image: no
+        pose correction, no exposure transform, not a test view's half (:meth:`gaussians` and
         :meth:`for_loss` change nothing); clears last step's gradients as ``for_loss`` does.
 
         Example:
             >>> fix = ViewCorrections(TrainConfig(), ["a.png", "b.png"], num_halves=1, extent=1.0)
-            >>> fix.passes(0), fix.passes(1)  # view 1 is a test view's left half
+            >>> fix.passes(0, step=0), fix.passes(1, step=0)  # view 1: a test view's left half
             (True, False)
         """
         self._clear_grads()
-        cfg = self.config
-        if cfg.exposure or cfg.pose_refine or self.poses.learned:
+        if self.config.exposure or self.learns_poses(step) or self.poses.learned:
             return False
         return index < self.first_half
 
@@ -151,7 +164,7 @@ class ViewCorrections:
         if cfg.exposure:
             lr = exposure_rate(cfg.lr_exposure, cfg.lr_exposure_final, step, cfg.steps)
             self.exposure.step(lr)
-        if cfg.pose_refine:
+        if self.learns_poses(step):
             self.poses.step(cfg.lr_pose, cfg.pose_weight_decay)
 
     # ------------------------------------------------------- evaluation

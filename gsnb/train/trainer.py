@@ -850,7 +850,8 @@ class Trainer(TrainingControl):
         absgrad: bool,
         view: int | None = None,
     ) -> RenderResult:
-        model = self.corrections.gaussians(self.model, viewmat, view)  # pose refinement
+        # pose refinement: `view` is the training view whose correction applies, or None
+        model = self.corrections.gaussians(self.model, viewmat, view, self._step)
         variances = self._filter3d_variances()
         return self._draw(model, variances, viewmat, K, width, height, degree, background, absgrad)
 
@@ -977,7 +978,9 @@ class Trainer(TrainingControl):
             return False
         if cfg.backend == "reference":
             return False
-        return self.corrections.passes(index) and fused_step.applies(self.model.splats, target)
+        if not self.corrections.passes(index, self._step):
+            return False
+        return fused_step.applies(self.model.splats, target)
 
     def _filter3d_variances(self) -> Tensor | None:
         """The 3D filter's ``[N]`` variances at this step, or None while it is off."""

@@ -80,7 +80,8 @@ def test_sections_and_docs_cover_every_knob():
     }
     rendering = {k.name for k in every_knob() if section_of(k) == "Rendering and corrections"}
     assert rendering == {"rasterize_mode", "filter3d", "exposure", "pose_refine"} | {
-        "pose_weight_decay"
+        "pose_weight_decay",
+        "pose_refine_start",
     }
     ssim = next(k for k in every_knob() if k.name == "ssim_lambda")
     assert section_of(ssim) == "Loss and regularisers"

@@ -198,8 +198,33 @@ def test_switched_off_it_stops_learning_and_stays_applied(tmp_path: Path) -> Non
     assert not torch.equal(plain, corrected)  # still applied
 
 
+def test_corrections_learn_from_the_start_step_on(tmp_path: Path) -> None:
+    data, truth, *_ = perturbed_scene(tmp_path)
+    config = TrainConfig(
+        steps=40, backend="reference", sh_degree=0, pose_refine=True, lr_pose=1e-3,
+        pose_refine_start=8,
+    )  # fmt: skip
+    trainer = Trainer(data, config, model=starting_copy(truth, data.background))
+    seen = []
+    trainer.on_step(lambda m: seen.append(trainer.corrections.poses.params.detach().clone()))
+    trainer.run(12)
+    # Steps 0-7 leave the corrections at zero and unlearned; step 8 is the first to move them.
+    assert all(p.abs().sum() == 0 for p in seen[:8])
+    assert seen[8].abs().sum() > 0 and seen[11].abs().sum() > seen[8].abs().sum()
+    assert trainer.corrections.poses.learned
+    # A live change: a later start stops the learning until the step reaches it.
+    trainer.set(pose_refine_start=30)
+    learned = trainer.corrections.poses.params.detach().clone()
+    trainer.run(5)
+    assert torch.equal(trainer.corrections.poses.params.detach(), learned)
+    view = data.train[2]
+    plain, corrected = trainer.render_view(view).rgb, trainer.render_view(view, corrected=True).rgb
+    assert not torch.equal(plain, corrected)  # learned corrections stay applied meanwhile
+
+
 def test_state_refuses_other_views() -> None:
     poses = PoseRefinement(["a.png", "b.png"], extent=1.0)
     with pytest.raises(ValueError, match="other views"):
         PoseRefinement(["b.png", "a.png"], extent=1.0).load_state_dict(poses.state_dict())
     assert TrainConfig().lr_pose == 1e-5 and TrainConfig().pose_weight_decay == 1e-6
+    assert TrainConfig().pose_refine_start == 0  # gsplat's pose_opt learns from the start

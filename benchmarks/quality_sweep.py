@@ -87,6 +87,11 @@ RECIPES: dict[str, dict[str, Any]] = {
         "strategy_kwargs": {"grow_grad2d": 1.5e-4},
     },
     "noreset_grow1.5e-4": {"strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4}},
+    # Pose refinement (gsplat's pose_opt) on the fox's right poses, from step 0 or later
+    # (benchmarks/results/pose_start_cpu.json: the synthetic scene's exact poses on a CPU)
+    "pose_refine": {"config": {"pose_refine": True}},
+    "pose_refine_start1000": {"config": {"pose_refine": True, "pose_refine_start": 1000}},
+    "pose_refine_start3500": {"config": {"pose_refine": True, "pose_refine_start": 3500}},
 }
 
 

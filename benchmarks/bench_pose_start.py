@@ -33,7 +33,7 @@ from common import environment, git_commit, write_json
 from gsnb.data.dataset import load_dataset
 from gsnb.data.synthetic import make_synthetic_scene
 from gsnb.train import TrainConfig, Trainer
-from gsnb.train.pose_refine import correction_matrices
+from gsnb.train.pose_refine import correction_matrices, pose_difference
 
 
 def rotation_log(R: torch.Tensor) -> torch.Tensor:
@@ -56,24 +56,27 @@ def rotation_log(R: torch.Tensor) -> torch.Tensor:
 
 
 def world_motions(trainer: Trainer) -> dict[str, float]:
-    """How the learned corrections move the training cameras, as world motions
-    ``M = V^-1 D V``: the largest and smallest rotation (degrees) and translation (extents)
-    of a view, and those of their mean, the part every view shares."""
+    """How far the learned corrections moved the training cameras: the smallest and largest
+    turn (degrees) and the largest move of a centre (extents) of one view
+    (:func:`~gsnb.train.pose_refine.pose_difference`), and the mean of their world motions
+    ``M = V^-1 D V``, the part every view shares (degrees, extents)."""
     poses = trainer.corrections.poses
     views = trainer.dataset.train
     with torch.no_grad():
         V = torch.stack([v.viewmat for v in views]).double()
         index = torch.tensor([poses.index_of(v.name) for v in views])
-        D = correction_matrices(poses.params.detach()[index].double().cpu(), poses.extent)
+        params = poses.params.detach()[index].double().cpu()
+        D = correction_matrices(params, poses.extent)
+        _, centres = pose_difference(D @ V, V)
         M = torch.linalg.inv(V) @ D @ V
-    rotation, shift = rotation_log(M[:, :3, :3]), M[:, :3, 3] / poses.extent
-    degrees, extents = torch.rad2deg(rotation.norm(dim=-1)), shift.norm(dim=-1)
+    degrees = torch.rad2deg(params[:, :3].norm(dim=-1))  # a view's turn: its axis-angle
+    mean_rotation = rotation_log(M[:, :3, :3]).mean(0)
     return {
         "view_degrees_min": round(float(degrees.min()), 4),
         "view_degrees_max": round(float(degrees.max()), 4),
-        "view_extents_max": round(float(extents.max()), 5),
-        "mean_degrees": round(math.degrees(float(rotation.mean(0).norm())), 4),
-        "mean_extents": round(float(shift.mean(0).norm()), 5),
+        "view_centre_extents_max": round(float(centres.max()) / poses.extent, 5),
+        "mean_degrees": round(math.degrees(float(mean_rotation.norm())), 4),
+        "mean_extents": round(float(M[:, :3, 3].mean(0).norm()) / poses.extent, 5),
     }
 
 

@@ -102,19 +102,18 @@ class ViewCorrections:
         return PROTOCOL_HALVES if self.config.train_test_exp else PROTOCOL_FULL
 
     # ----------------------------------------------------------- a step
-    def learns_poses(self, step: int | None) -> bool:
-        """Whether the pose corrections learn at ``step`` (None: a render outside a step).
+    def learns_poses(self, step: int) -> bool:
+        """Whether the pose corrections learn at ``step``.
 
         Example:
             >>> fix = ViewCorrections(TrainConfig(pose_refine=True, pose_refine_start=500),
             ...                       ["a.png"], num_halves=0, extent=1.0)
-            >>> fix.learns_poses(499), fix.learns_poses(500), fix.learns_poses(None)
-            (False, True, False)
+            >>> fix.learns_poses(499), fix.learns_poses(500)
+            (False, True)
         """
-        cfg = self.config
-        return step is not None and cfg.pose_refine and step >= cfg.pose_refine_start
+        return self.config.pose_refine and step >= self.config.pose_refine_start
 
-    def gaussians(self, model: Any, viewmat: Tensor, index: int | None, step: int | None) -> Any:
+    def gaussians(self, model: Any, viewmat: Tensor, index: int | None, step: int) -> Any:
         """``model``, or its Gaussians moved by view ``index``'s pose correction when it has one
         (:class:`~gsnb.train.pose_refine.MovedGaussians`): once a correction learned, or
         where they learn at ``step``."""

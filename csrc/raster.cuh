@@ -59,11 +59,28 @@ inline int rasterize_rows(int64_t cams, int64_t width, int64_t height) {
   return waves >= 0 && waves < 4 ? 1 : 2;
 }
 
-// The pixel a thread of a rasterize block shades. The grid is (tiles_x, tiles_y, cameras)
-// of 16x16 blocks, one per tile; thread (x, y) shades the tile's pixel in row y, column x.
+// Thread `tr`'s column x and first row y in its tile when each warp of the block shades a
+// patch PATCH (8 or 16) pixels wide and 32 / PATCH * ROWS pixels tall: x =
+// warp % (16 / PATCH) * PATCH + lane % PATCH, y = (warp / (16 / PATCH) * (32 / PATCH) + lane /
+// PATCH) * ROWS, in shifts (written with / and %, ptxas gave two rows a thread 64 registers
+// against 56). PATCH 16 is thread (x, y) of a (16, 16 / ROWS) block.
+template <int PATCH, int ROWS>
+__device__ __forceinline__ void patch_pixel(int tr, int& x, int& y) {
+  static_assert(PATCH == 8 || PATCH == kTile, "patches 8 or 16 pixels wide");
+  constexpr int kLog = PATCH == 8 ? 3 : 4;  // log2 of PATCH
+  const int warp = tr >> 5, lane = tr & 31;
+  x = ((warp & ((kTile >> kLog) - 1)) << kLog) | (lane & (PATCH - 1));
+  y = (((warp >> (4 - kLog)) << (5 - kLog)) + (lane >> kLog)) * ROWS;
+}
+
+// The pixel a thread of a forward rasterize block shades. The grid is (tiles_x, tiles_y,
+// cameras) of 16x16 blocks, one per tile; each warp shades an 8 x 4 patch of the tile
+// (patch_pixel<8, 1>), as the backward's warps do, so that a small splat is skipped by the
+// whole of more warps.
 struct TilePixel {
   int cam;         // camera, blockIdx.z
-  int tr;          // rank in the block, threadIdx.y * 16 + threadIdx.x
+  int at;          // the pixel's rank in its tile row by row: its per-pixel records' index
+                   // and its thread's slot in the staged batches
   int i, j;        // pixel row and column in the image
   float px, py;    // the pixel's centre (j + 0.5, i + 0.5)
   bool inside;     // the last tile row and column may overhang the image
@@ -141,9 +158,11 @@ __device__ __forceinline__ TilePixel slot_pixel(const int* __restrict__ offsets,
   TilePixel p;
   const int num_tiles = tiles_x * tiles_y, tile = slot % num_tiles;
   p.cam = slot / num_tiles;
-  p.tr = threadIdx.y * kTile + threadIdx.x;
-  p.i = tile / tiles_x * kTile + threadIdx.y;
-  p.j = tile % tiles_x * kTile + threadIdx.x;
+  int x, y;
+  patch_pixel<8, 1>(threadIdx.y * kTile + threadIdx.x, x, y);
+  p.at = y * kTile + x;
+  p.i = tile / tiles_x * kTile + y;
+  p.j = tile % tiles_x * kTile + x;
   p.px = (float)p.j + 0.5f;
   p.py = (float)p.i + 0.5f;
   p.inside = p.i < height && p.j < width;
@@ -162,9 +181,11 @@ __device__ __forceinline__ TilePixel tile_pixel(const int* __restrict__ offsets,
                                                 int m) {
   TilePixel p;
   p.cam = blockIdx.z;
-  p.tr = threadIdx.y * kTile + threadIdx.x;
-  p.i = blockIdx.y * kTile + threadIdx.y;
-  p.j = blockIdx.x * kTile + threadIdx.x;
+  int x, y;
+  patch_pixel<8, 1>(threadIdx.y * kTile + threadIdx.x, x, y);
+  p.at = y * kTile + x;
+  p.i = blockIdx.y * kTile + y;
+  p.j = blockIdx.x * kTile + x;
   p.px = (float)p.j + 0.5f;
   p.py = (float)p.i + 0.5f;
   p.inside = p.i < height && p.j < width;

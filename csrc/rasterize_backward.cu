@@ -37,19 +37,6 @@ constexpr int grad_values() {
 // 8 (8 x 4 ROWS, the default: kPatchWidth) or 16 (whole rows, 16 x 2 ROWS). A small splat
 // meets fewer of the squarer patches, and so fewer of those sums.
 
-// Thread `tr`'s column x and first row y in its tile with patches PATCH (8 or 16) wide: x =
-// warp % (16 / PATCH) * PATCH + lane % PATCH, y = (warp / (16 / PATCH) * (32 / PATCH) + lane /
-// PATCH) * ROWS, in shifts (written with / and %, ptxas gave two rows a thread 64 registers
-// against 56). PATCH 16 is thread (x, y) of a (16, 16 / ROWS) block.
-template <int PATCH, int ROWS>
-__device__ __forceinline__ void patch_pixel(int tr, int& x, int& y) {
-  static_assert(PATCH == 8 || PATCH == kTile, "patches 8 or 16 pixels wide");
-  constexpr int kLog = PATCH == 8 ? 3 : 4;  // log2 of PATCH
-  const int warp = tr >> 5, lane = tr & 31;
-  x = ((warp & ((kTile >> kLog) - 1)) << kLog) | (lane & (PATCH - 1));
-  y = (((warp >> (4 - kLog)) << (5 - kLog)) + (lane >> kLog)) * ROWS;
-}
-
 // One pixel's walk back through its splats: what it carries from splat to splat.
 template <int CH>
 struct PixelBack {

@@ -94,14 +94,14 @@ __global__ void __launch_bounds__(kBlock, 8) rasterize_forward_kernel(
       // Segment `recorded + 1` begins: the transmittance, and the sums so far (turned into
       // the sums from here on below).
       float* state = states + segment_state(seg0 + ++recorded, CH);
-      state[p.tr] = T;
+      state[p.at] = T;
 #pragma unroll
-      for (int ch = 0; ch < CH; ++ch) state[(1 + ch) * kBlock + p.tr] = acc[ch];
+      for (int ch = 0; ch < CH; ++ch) state[(1 + ch) * kBlock + p.at] = acc[ch];
     }
     if (__syncthreads_count(done) == kBlock) break;
-    const int k = base + p.tr;
+    const int k = base + p.at;
     if (k < p.end)
-      stage_splat<CH>(k, p.tr, num_opacities, stored, flat_ids, means2d, conics, feats, opacities,
+      stage_splat<CH>(k, p.at, num_opacities, stored, flat_ids, means2d, conics, feats, opacities,
                       s_geo, s_bo, s_feat);
     __syncthreads();
     blend_batch<CH>(s_geo, s_bo, s_feat, min(kBlock, p.end - base), base, p.px, p.py, T, acc,
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kBlock, 8) rasterize_forward_kernel(
     float* state = states + segment_state(seg0 + k, CH);
 #pragma unroll
     for (int ch = 0; ch < CH; ++ch)
-      state[(1 + ch) * kBlock + p.tr] = acc[ch] - state[(1 + ch) * kBlock + p.tr];
+      state[(1 + ch) * kBlock + p.at] = acc[ch] - state[(1 + ch) * kBlock + p.at];
   }
 }
 
@@ -151,9 +151,9 @@ __global__ void __launch_bounds__(kBlock) segment_product_kernel(
   bool done = !p.inside;
   for (int base = span.lo; base < span.hi; base += kBlock) {
     if (__syncthreads_count(done) == kBlock) break;
-    const int k = base + p.tr;
+    const int k = base + p.at;
     if (k < span.hi)
-      stage_geometry(k, p.tr, num_opacities, stored, flat_ids, means2d, conics, opacities,
+      stage_geometry(k, p.at, num_opacities, stored, flat_ids, means2d, conics, opacities,
                      s_geo, s_bo);
     __syncthreads();
     const int count = min(kBlock, span.hi - base);
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kBlock) segment_product_kernel(
       done = P < kTransmittanceMin;
     }
   }
-  scratch_row(scratch, blockIdx.x)[p.tr] = P;
+  scratch_row(scratch, blockIdx.x)[p.at] = P;
 }
 
 // Pass 2: each segment's walk, entered with the products of the tile's earlier segments; it
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kBlock) segment_blend_kernel(
       slot_pixel(offsets, span.slot, num_cams, width, height, tiles_x, tiles_y, m);
   float T = 1.f;
   for (int v = seg_starts[span.slot]; v < (int)blockIdx.x && T >= kTransmittanceMin; ++v)
-    T *= scratch_row(scratch, v)[p.tr];
+    T *= scratch_row(scratch, v)[p.at];
   const float T_in = T;
   const bool dead_before = T_in < kTransmittanceMin;
   __shared__ float4 s_geo[kBlock];
@@ -197,9 +197,9 @@ __global__ void __launch_bounds__(kBlock) segment_blend_kernel(
   bool done = !p.inside || dead_before, stopped = false;
   for (int base = span.lo; base < span.hi; base += kBlock) {
     if (__syncthreads_count(done) == kBlock) break;
-    const int k = base + p.tr;
+    const int k = base + p.at;
     if (k < span.hi)
-      stage_splat<CH>(k, p.tr, num_opacities, stored, flat_ids, means2d, conics, feats, opacities,
+      stage_splat<CH>(k, p.at, num_opacities, stored, flat_ids, means2d, conics, feats, opacities,
                       s_geo, s_bo, s_feat);
     __syncthreads();
     if (blend_batch<CH>(s_geo, s_bo, s_feat, min(kBlock, span.hi - base), base, p.px, p.py, T,
@@ -207,12 +207,12 @@ __global__ void __launch_bounds__(kBlock) segment_blend_kernel(
       stopped = true;
   }
   float* row = scratch_row(scratch, blockIdx.x);
-  row[kBlock + p.tr] = dead_before ? kDeadBefore : stopped ? -T : T;
-  row[2 * kBlock + p.tr] = __int_as_float(last);
+  row[kBlock + p.at] = dead_before ? kDeadBefore : stopped ? -T : T;
+  row[2 * kBlock + p.at] = __int_as_float(last);
   float* state = states + segment_state(blockIdx.x, CH);
-  state[p.tr] = T_in;
+  state[p.at] = T_in;
 #pragma unroll
-  for (int ch = 0; ch < CH; ++ch) state[(1 + ch) * kBlock + p.tr] = acc[ch];
+  for (int ch = 0; ch < CH; ++ch) state[(1 + ch) * kBlock + p.at] = acc[ch];
 }
 
 // Pass 3, one block per tile: the segments' sums in order up to where the walk stopped, the
@@ -234,13 +234,13 @@ __global__ void __launch_bounds__(kBlock) segment_combine_kernel(
   int last = p.start, end = first;  // end: one past the last segment the walk entered
   for (int v = first; v < stop; ++v) {
     const float* row = scratch + (int64_t)v * 3 * kBlock;
-    const float left = row[kBlock + p.tr];
+    const float left = row[kBlock + p.at];
     if (left == kDeadBefore) break;
     const float* state = states + segment_state(v, CH);
 #pragma unroll
-    for (int ch = 0; ch < CH; ++ch) acc[ch] += state[(1 + ch) * kBlock + p.tr];
+    for (int ch = 0; ch < CH; ++ch) acc[ch] += state[(1 + ch) * kBlock + p.at];
     T = fabsf(left);
-    const int seg_last = __float_as_int(row[2 * kBlock + p.tr]);
+    const int seg_last = __float_as_int(row[2 * kBlock + p.at]);
     if (seg_last >= 0) last = seg_last;
     end = v + 1;
     if (left < 0.f) break;  // the walk stopped in this segment
@@ -252,8 +252,8 @@ __global__ void __launch_bounds__(kBlock) segment_combine_kernel(
     float* state = states + segment_state(v, CH);
 #pragma unroll
     for (int ch = 0; ch < CH; ++ch) {
-      if (v < end) behind[ch] += state[(1 + ch) * kBlock + p.tr];
-      state[(1 + ch) * kBlock + p.tr] = behind[ch];
+      if (v < end) behind[ch] += state[(1 + ch) * kBlock + p.at];
+      state[(1 + ch) * kBlock + p.at] = behind[ch];
     }
   }
   if (p.inside)

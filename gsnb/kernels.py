@@ -286,7 +286,8 @@ def set_rasterize_patch(*, width: int) -> int:
     default, 8: a warp covers 8 x 4 pixels of its tile, 8 x 8 with two pixel rows a
     thread), or ``8`` or ``16`` forced (16: whole rows of the tile, 16 x 2 or
     16 x 4). The gradients agree either way, to the order of float additions; for benchmarks
-    and tests. Returns the previous setting."""
+    and tests. The forward compositing's warps always cover 8 x 4 pixels. Returns the
+    previous setting."""
     return require().set_rasterize_patch(width)
 
 

@@ -88,10 +88,15 @@ RECIPES: dict[str, dict[str, Any]] = {
     },
     "noreset_grow1.5e-4": {"strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4}},
     # Pose refinement (gsplat's pose_opt) on the fox's right poses, from step 0 or later
-    # (benchmarks/results/pose_start_cpu.json: the synthetic scene's exact poses on a CPU)
+    # (benchmarks/results/pose_start_7000_h200.json; pose_start_cpu.json: the synthetic
+    # scene's exact poses on a CPU)
     "pose_refine": {"config": {"pose_refine": True}},
     "pose_refine_start1000": {"config": {"pose_refine": True, "pose_refine_start": 1000}},
+    "pose_refine_start2000": {"config": {"pose_refine": True, "pose_refine_start": 2000}},
     "pose_refine_start3500": {"config": {"pose_refine": True, "pose_refine_start": 3500}},
+    "pose_refine_start5000": {"config": {"pose_refine": True, "pose_refine_start": 5000}},
+    # Pixel-GS's densification statistic: views weighted by the splat's screen extent
+    "pixel_gs": {"strategy_kwargs": {"pixel_weighted": True}},
 }
 
 

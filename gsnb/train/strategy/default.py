@@ -55,6 +55,10 @@ class DefaultStrategy(Strategy):
             False keeps the rest of the schedule (large Gaussians are still pruned after
             ``reset_every`` steps): gsplat 1.5.3's DefaultStrategy never resets, because its
             reset test reads ``step % reset_every == 0 & step > 0``, which is always false.
+        pixel_weighted: average the gradient over the views weighted by the splat's screen
+            extent there (the product of its radii), not by view count, so that a large splat
+            seen with small gradients over many pixels grows too (Pixel-GS, Zhang et al. 2024)
+            (default False).
 
     Example:
         >>> from gsnb.train.strategy import DefaultStrategy
@@ -82,6 +86,7 @@ class DefaultStrategy(Strategy):
     absgrad: bool = knob(False)
     revised_opacity: bool = knob(True)
     opacity_reset: bool = knob(True)
+    pixel_weighted: bool = knob(False)
 
     def initialize_state(self, scene_scale: float) -> dict[str, Any]:
         """``scene_scale`` and the running sums ``grad2d [N]``, ``count [N]`` (made lazily)."""
@@ -177,7 +182,11 @@ class DefaultStrategy(Strategy):
         cams, radii = info["n_cameras"], info["radii"]
         sx, sy = info["width"] / 2.0 * cams, info["height"] / 2.0 * cams
         gate = info.get("gate")
-        if _fused(grads, radii) and (gate is None or gate.device == grads.device):
+        if (
+            not self.pixel_weighted
+            and _fused(grads, radii)
+            and (gate is None or gate.device == grads.device)
+        ):
             kernels.accumulate_grad2d(
                 grads=grads, radii=radii, sx=sx, sy=sy, grad2d=state["grad2d"],
                 count=state["count"], gate=gate,
@@ -187,7 +196,13 @@ class DefaultStrategy(Strategy):
         visible = (radii > 0).all(-1)  # [C, N]
         if gate is not None:
             visible = visible & gate_open(gate).to(visible.device)
-        state["grad2d"] += torch.where(visible, (grads * norm).norm(dim=-1), 0.0).sum(0)
+        grad = (grads * norm).norm(dim=-1)
+        if self.pixel_weighted:  # each view weighs by the pixels the splat covers there
+            weight = torch.where(visible, radii.to(grads.dtype).prod(-1), 0.0)
+            state["grad2d"] += torch.where(visible, weight * grad, 0.0).sum(0)
+            state["count"] += weight.sum(0)
+            return
+        state["grad2d"] += torch.where(visible, grad, 0.0).sum(0)
         state["count"] += visible.sum(0).to(grads.dtype)
 
     @torch.no_grad()

@@ -72,6 +72,24 @@ def test_gradient_is_normalised_by_half_the_image_size() -> None:
     assert state["count"].item() == 1
 
 
+def test_pixel_weighted_averages_over_the_views_by_screen_extent() -> None:
+    # One Gaussian seen by two views: small (radii 2 x 3) with a large gradient, large
+    # (radii 10 x 10) with a small one; a third view does not see it.
+    means2d = torch.zeros(3, 1, 2, requires_grad=True)
+    means2d.grad = torch.tensor([[[4e-3, 0.0]], [[1e-3, 0.0]], [[9.0, 9.0]]])
+    radii = torch.tensor([[[2, 3]], [[10, 10]], [[0, 0]]], dtype=torch.int32)
+    data = {"means2d": means2d, "radii": radii, "width": W, "height": H, "n_cameras": 3}
+    norms = [4e-3 * W / 2 * 3, 1e-3 * W / 2 * 3]
+    for weighted, weights in ((False, [1.0, 1.0]), (True, [6.0, 100.0])):
+        s = DefaultStrategy(pixel_weighted=weighted)
+        params, _opt, state = setup([0.005], [0.5], s)
+        s.accumulate(params, state, data)
+        mean = state["grad2d"].item() / state["count"].item()
+        expected = sum(w * g for w, g in zip(weights, norms, strict=True)) / sum(weights)
+        assert mean == pytest.approx(expected, rel=1e-6)
+        assert state["count"].item() == pytest.approx(sum(weights))
+
+
 def test_below_threshold_nothing_grows() -> None:
     s = DefaultStrategy()
     params, opt, state = setup([0.005, 0.05], [0.5, 0.5], s)

@@ -196,14 +196,13 @@ class DefaultStrategy(Strategy):
         visible = (radii > 0).all(-1)  # [C, N]
         if gate is not None:
             visible = visible & gate_open(gate).to(visible.device)
+        # A view counts once, or (pixel_weighted) by the pixels the splat covers there.
+        weight = visible.to(grads.dtype)
+        if self.pixel_weighted:
+            weight = weight * radii.to(grads.dtype).prod(-1)
         grad = (grads * norm).norm(dim=-1)
-        if self.pixel_weighted:  # each view weighs by the pixels the splat covers there
-            weight = torch.where(visible, radii.to(grads.dtype).prod(-1), 0.0)
-            state["grad2d"] += torch.where(visible, weight * grad, 0.0).sum(0)
-            state["count"] += weight.sum(0)
-            return
-        state["grad2d"] += torch.where(visible, grad, 0.0).sum(0)
-        state["count"] += visible.sum(0).to(grads.dtype)
+        state["grad2d"] += torch.where(visible, weight * grad, 0.0).sum(0)
+        state["count"] += weight.sum(0)
 
     @torch.no_grad()
     def refine(

@@ -63,6 +63,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "revised_opacity": {"strategy_kwargs": {"revised_opacity": True}},  # the default since 929f9cd
     "no_revised_opacity": {"strategy_kwargs": {"revised_opacity": False}},
     "antialiased_filter3d": {"config": {"rasterize_mode": "antialiased", "filter3d": True}},
+    "antialiased": {"config": {"rasterize_mode": "antialiased"}},
     "mcmc": {"strategy": "mcmc"},
     # gsplat's normalize_world_space: the capture in a canonical frame (gsnb.data.normalize)
     "normalize_world": {"dataset": {"normalize_world": True}},
@@ -97,6 +98,11 @@ RECIPES: dict[str, dict[str, Any]] = {
     "pose_refine_start5000": {"config": {"pose_refine": True, "pose_refine_start": 5000}},
     # Pixel-GS's densification statistic: views weighted by the splat's screen extent
     "pixel_gs": {"strategy_kwargs": {"pixel_weighted": True}},
+    # Error-based densification (Bulò et al. 2024) at its default threshold, half and twice
+    # it (benchmarks/error_threshold.py compares the criteria on one model)
+    "error_densify": {"strategy_kwargs": {"error_densify": True}},
+    "error_densify_lo": {"strategy_kwargs": {"error_densify": True, "grow_error": 2.5e-6}},
+    "error_densify_hi": {"strategy_kwargs": {"error_densify": True, "grow_error": 1e-5}},
 }
 
 

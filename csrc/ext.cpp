@@ -8,7 +8,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gsnb CUDA rasterizer and fused training kernels";
-  m.attr("ABI_VERSION") = 14;
+  m.attr("ABI_VERSION") = 15;
   // Every entry point runs without the GIL: each only launches work on a stream (binning
   // also waits for its count), so another Python thread -- training beside a viewer or a
   // notebook's widgets -- runs meanwhile instead of waiting for this one's GPU.
@@ -93,5 +93,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("height"), py::arg("near_plane"), py::arg("far_plane"), py::arg("sh_degree"),
         py::arg("backgrounds"), py::arg("target"), py::arg("pad"), py::arg("sigma"), py::arg("c1"),
         py::arg("c2"), py::arg("lam"), py::arg("absgrad"), py::arg("antialiased") = false,
-        py::arg("filter3d") = py::none(), py::arg("capacity") = 0, nogil);
+        py::arg("filter3d") = py::none(), py::arg("capacity") = 0,
+        py::arg("error_shares") = false, nogil);
 }

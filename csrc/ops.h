@@ -180,9 +180,11 @@ void accumulate_grad2d(const at::Tensor& grads, const at::Tensor& radii, double 
 // -> stats [4] (loss, L1, SSIM, MSE), v_means [N,3], v_quats [N,4], v_scales [N,3],
 //    v_opacities [N], v_sh0 [N,1,3], v_shN (shape of shN), means2d [1,N,2], v_means2d [1,N,2],
 //    radii [1,N,2] int32, with absgrad |v_means2d| summed per pixel [1,N,2] (else empty),
-//    and the count [1] int64 of splat-tile intersections. capacity > 0 bins them in buffers
-//    of that size without waiting for the GPU (bin_splats_within); where the count exceeds
-//    it the render lacks some and the loss, stats[0], is NaN.
+//    the count [1] int64 of splat-tile intersections, and with error_shares each splat's
+//    share of the error [N] (the sum over the pixels of its blending weight times the mean
+//    over the channels of |rgb - target|; else empty). capacity > 0 bins the intersections
+//    in buffers of that size without waiting for the GPU (bin_splats_within); where the
+//    count exceeds it the render lacks some and the loss, stats[0], is NaN.
 std::vector<at::Tensor> train_forward_backward(
     const at::Tensor& means, const at::Tensor& quats, const at::Tensor& scales,
     const at::Tensor& opacities, const at::Tensor& sh0, const std::optional<at::Tensor>& shN,
@@ -190,7 +192,8 @@ std::vector<at::Tensor> train_forward_backward(
     double near_plane, double far_plane, int64_t sh_degree,
     const std::optional<at::Tensor>& backgrounds, const at::Tensor& target, int64_t pad,
     double sigma, double c1, double c2, double lambda, bool absgrad,
-    bool antialiased, const std::optional<at::Tensor>& filter3d, int64_t capacity);
+    bool antialiased, const std::optional<at::Tensor>& filter3d, int64_t capacity,
+    bool error_shares);
 
 // The Gaussians after a refine step's clone, split and prune (refine.cu): outputs[t] [M, ...]
 // from sources[t] [N, ...] by kinds[t] (launch.h's RefineKind), M = kept + cloned + 2

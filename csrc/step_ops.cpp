@@ -56,7 +56,7 @@ std::vector<at::Tensor> train_forward_backward(
     double near_plane, double far_plane, int64_t sh_degree,
     const std::optional<at::Tensor>& backgrounds, const at::Tensor& target, int64_t pad,
     double sigma, double c1, double c2, double lambda, bool absgrad, bool antialiased,
-    const std::optional<at::Tensor>& filter3d, int64_t capacity) {
+    const std::optional<at::Tensor>& filter3d, int64_t capacity, bool error_shares) {
   const char* who = "train_forward_backward";
   const auto device = means.device();
   // The photo as float32 in [0, 1] or as its bytes (read as v / 255, bytes_to_float's values).
@@ -74,12 +74,16 @@ std::vector<at::Tensor> train_forward_backward(
   // Forward: projection with SH colours, binning, compositing over the background. In the
   // antialiased mode or through the 3D filter the splats blend with the projection's
   // opacities [1, N] (activated, per camera); otherwise the rasterizer reads the logits.
+  // With error_shares a fourth channel, zero for every splat, blends beside the colours: its
+  // gradient gathers each splat's share of the error (below), and being zero it adds
+  // nothing to the gradients of the splats' shapes, places and opacities.
   auto proj = project_forward(means, quats, scales, opacities, sh0, shN, viewmats, Ks, width,
-                              height, near_plane, far_plane, sh_degree, /*with_depth=*/false,
-                              /*stored=*/true, antialiased, std::nullopt,
-                              /*check_values=*/false, filter3d);
+                              height, near_plane, far_plane, sh_degree,
+                              /*with_depth=*/error_shares, /*stored=*/true, antialiased,
+                              std::nullopt, /*check_values=*/false, filter3d);
   const at::Tensor &means2d = proj[0], &conics = proj[1], &depths = proj[2], &radii = proj[3],
                    &feats = proj[4], &tiles = proj[5];
+  if (error_shares) feats.select(2, 3).zero_();
   const bool per_camera = proj[6].numel() > 0;  // the projection's own rule (project_forward)
   const at::Tensor& blend = per_camera ? proj[6] : opacities;
   const bool logits = !per_camera;
@@ -105,10 +109,24 @@ std::vector<at::Tensor> train_forward_backward(
   // logits' gradient is the rasterizer's (the projection reads no opacities); otherwise the
   // projection takes the per-camera opacities' gradient back to the logits and the shapes.
   const at::Tensor none = at::empty({0}, means.options());
+  // Each splat's share of the error: sum over the pixels of its blending weight times the
+  // pixel's mean absolute error e, the gradient of its fourth channel where that channel's
+  // output (blend / max(alpha, kDepthAlphaMin)) has the gradient e max(alpha, 1e-10).
+  at::Tensor v_fourth = none;
+  if (error_shares) {
+    const at::Tensor photo = bytes ? target.to(at::kFloat).div(255.0) : target;
+    const at::Tensor error = rgb.sub(photo).abs().mean(-1, /*keepdim=*/true);
+    v_fourth = error.mul(alpha.clamp_min(1e-10)).contiguous();
+  }
   auto raster = rasterize_backward(means2d, conics, feats, blend, offsets, flat_ids, width,
                                    height, alpha, depth, last_ids, seg_starts, states, v_rgb,
-                                   none, none, absgrad, backgrounds, logits);
+                                   v_fourth, none, absgrad, backgrounds, logits);
   const at::Tensor &v_means2d = raster[0], &v_conics = raster[1], &v_feats = raster[2];
+  at::Tensor shares = none;
+  if (error_shares) {  // taken out before the projection reads the channel as a depth
+    shares = v_feats.select(2, 3).reshape({-1}).clone();
+    v_feats.select(2, 3).zero_();
+  }
   auto grads = project_backward(means, quats, scales, per_camera ? opacities : none, sh0, shN,
                                 viewmats, Ks, width, height, near_plane, far_plane, sh_degree,
                                 radii, v_means2d, v_conics, v_feats, none,
@@ -116,8 +134,8 @@ std::vector<at::Tensor> train_forward_backward(
                                 filter3d);
   const at::Tensor& v_opacities = per_camera ? grads[5] : raster[3];
   const at::Tensor sums = absgrad ? raster[4] : none;
-  return {stats,    grads[0], grads[1],  grads[2], v_opacities, grads[3],
-          grads[4], means2d,  v_means2d, radii,    sums,        count};
+  return {stats,    grads[0], grads[1],  grads[2], v_opacities, grads[3], grads[4],
+          means2d,  v_means2d, radii,    sums,     count,       shares};
 }
 
 }  // namespace gsnb

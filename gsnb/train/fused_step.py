@@ -41,6 +41,8 @@ class StepGrads:
         absgrad: ``[1, N, 2]`` absolute screen-space gradients summed per pixel, or None.
         intersections: ``[1]`` int64 on the device, the render's splat-tile intersections
             (above the step's ``capacity``, the render lacked some and ``stats[0]`` is NaN).
+        error: ``[N]`` each Gaussian's share of the render's error, in pixels
+            (:func:`gsnb.train.error_shares.error_shares`), or None.
     """
 
     stats: Tensor
@@ -48,6 +50,7 @@ class StepGrads:
     radii: Tensor
     absgrad: Tensor | None
     intersections: Tensor
+    error: Tensor | None = None
 
 
 def applies(splats: MutableMapping[str, Tensor], target: Tensor) -> bool:
@@ -88,6 +91,7 @@ def forward_backward(
     antialiased: bool = False,
     filter3d: Tensor | None = None,
     capacity: int = 0,
+    error_shares: bool = False,
 ) -> StepGrads:
     """Render ``splats`` (as :class:`~gsnb.model.GaussianModel` stores them) from one camera,
     score the render against ``target`` and set each parameter's ``.grad``.
@@ -118,6 +122,9 @@ def forward_backward(
             need not wait for the GPU to count them before binning; where the render has
             more, it lacks some, and its loss (``stats[0]``) is NaN: the step's gate
             (:func:`gsnb.train.health.gate_open`) closes and nothing learns from it.
+        error_shares: also each Gaussian's share of the render's error (``StepGrads.error``),
+            which the backward pass gathers through a fourth channel, zero for every
+            Gaussian, blended beside the colours (no second render).
 
     Example:
         >>> import torch
@@ -141,11 +148,12 @@ def forward_backward(
         pad=pad, sigma=SSIM_SIGMA, c1=SSIM_C1, c2=SSIM_C2, lam=float(ssim_lambda),
         absgrad=absgrad, antialiased=antialiased,
         filter3d=None if filter3d is None else filter3d.detach().float().contiguous(),
-        capacity=int(capacity),
+        capacity=int(capacity), error_shares=error_shares,
     )  # fmt: skip
     stats, *grads = outs[:7]
-    means2d, v_means2d, radii, sums, count = outs[7:]
+    means2d, v_means2d, radii, sums, count, shares = outs[7:]
     for p, g in zip(params, grads, strict=True):
         p.grad = g  # the kernels return each gradient in its parameter's shape
     means2d.grad = v_means2d
-    return StepGrads(stats, means2d, radii, sums if absgrad else None, count)
+    error = shares if error_shares else None
+    return StepGrads(stats, means2d, radii, sums if absgrad else None, count, error)

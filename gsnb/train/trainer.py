@@ -25,6 +25,7 @@ from gsnb.train.bins import IntersectionBudget
 from gsnb.train.config import TrainConfig
 from gsnb.train.control import TrainingControl
 from gsnb.train.corrections import ViewCorrections, training_views
+from gsnb.train.error_shares import error_shares, pixel_error
 from gsnb.train.evaluation import EvalResult, evaluate_views
 from gsnb.train.filter3d import Filter3D
 from gsnb.train.health import SUMS, HealthMonitor, health_sums, signals_from_sums
@@ -194,6 +195,11 @@ class Trainer(TrainingControl):
         self.strategy = (
             strategy if isinstance(strategy, Strategy) else make_strategy(strategy or "default")
         )
+        if cfg.batch_size > 1 and self.strategy.needs_error(0):
+            raise ValueError(
+                f"error_densify needs each Gaussian's share of one view's error a step; batch_size "
+                f"is {cfg.batch_size}: train with batch_size 1, or turn error_densify off"
+            )
         self.device = _resolve_device(cfg.device)
         self._device_index = _device_index(self.device)
         self.default_renderer = BackendRenderer(cfg.backend)
@@ -490,8 +496,11 @@ class Trainer(TrainingControl):
                     cfg.ssim_lambda, self.strategy.absgrad,
                     antialiased=cfg.rasterize_mode == "antialiased",
                     filter3d=self._filter3d_variances(), capacity=capacity,
+                    error_shares=self.strategy.needs_error(step),
                 )  # fmt: skip
                 info |= {"means2d": fused.means2d, "radii": fused.radii, "absgrad": fused.absgrad}
+                if fused.error is not None:
+                    info["error"] = fused.error
             else:
                 target = bytes_to_float(photo)
                 out = self._render(
@@ -508,6 +517,8 @@ class Trainer(TrainingControl):
                     "radii": out.meta.radii,
                     "absgrad": screen_absgrad(out),
                 }
+                if self.strategy.needs_error(step):
+                    info["error"] = self._error_shares(viewmat, K, width, height, idx, rgb, target)
         extra = regularizers.regularization(
             self.model.splats, cfg, self.extent, self.strategy.regularization(self.model.splats)
         )
@@ -981,6 +992,28 @@ class Trainer(TrainingControl):
         if not self.corrections.passes(index, self._step):
             return False
         return fused_step.applies(self.model.splats, target)
+
+    def _error_shares(
+        self,
+        viewmat: Tensor,
+        K: Tensor,
+        width: int,
+        height: int,
+        view: int,
+        rgb: Tensor,
+        target: Tensor,
+    ) -> Tensor:
+        """``[N]`` each Gaussian's share of the error of the step's image ``rgb`` against
+        ``target`` (both as the loss saw them), rendered as the step rendered it: the view's
+        pose correction, the rasterize mode and the 3D filter."""
+        model = self.corrections.gaussians(self.model, viewmat, view, self._step)
+        variances = self._filter3d_variances()
+        black = torch.zeros(3, device=self.device)
+
+        def draw(gaussians: MovedGaussians) -> RenderResult:
+            return self._draw(gaussians, variances, viewmat, K, width, height, 0, black, False)
+
+        return error_shares(model.splats, draw, pixel_error(rgb, target))
 
     def _filter3d_variances(self) -> Tensor | None:
         """The 3D filter's ``[N]`` variances at this step, or None while it is off."""

@@ -81,6 +81,23 @@ def test_mcmc_resume_is_exact(make_scene, tmp_path: Path) -> None:
     assert params_equal(whole, second)
 
 
+def test_error_densify_resume_is_exact(make_scene, tmp_path: Path) -> None:
+    data = make_scene()
+    settings = {"error_densify": True, "grow_error": 1e-3, "refine_start_iter": 2}
+    settings["refine_every"] = 4
+    whole = Trainer(data, TrainConfig(steps=12), strategy=DefaultStrategy(**settings))
+    whole.run()
+    assert any(m.events for m in whole.history)
+    first = Trainer(data, TrainConfig(steps=12), strategy=DefaultStrategy(**settings))
+    first.run(6)  # between two refine steps: the kept error travels with the checkpoint
+    first.save_checkpoint(tmp_path / "c.pt")
+    second = Trainer.resume_from(tmp_path / "c.pt", data)
+    assert second.strategy.error_densify
+    assert torch.equal(second.strategy_state["error"], first.strategy_state["error"])
+    second.run()
+    assert params_equal(whole, second)
+
+
 def test_checkpoint_holds_data_only(make_scene, tmp_path: Path) -> None:
     trainer = Trainer(make_scene(), TrainConfig(steps=3))
     trainer.run()

@@ -133,6 +133,26 @@ def test_densification_runs_inside_training(make_scene) -> None:
     assert trainer.optimizer.param_groups[0]["params"][0].shape[0] == trainer.num_gaussians
 
 
+def test_error_densify_grows_where_the_views_are_wrong(make_scene) -> None:
+    strategy = DefaultStrategy(
+        error_densify=True, grow_error=1e-3, refine_start_iter=2, refine_every=3,
+        grow_grad2d=1.0,  # no Gaussian grows by its gradient
+    )  # fmt: skip
+    trainer = Trainer(make_scene(), TrainConfig(steps=6), strategy=strategy)
+    trainer.run(3)  # the error kept since the start, before step index 3 refines
+    error = trainer.strategy_state["error"].clone()
+    assert error.shape == (30,) and error.max() > 1e-3 and error.min() < 1e-3
+    trainer.run(4)
+    events = trainer.history[3].events
+    grown = events.get("cloned", 0) + events.get("split", 0)
+    assert grown >= int((error > 1e-3).sum()) > 0  # step index 3's own shares count too
+    assert bool((trainer.strategy_state["error"] == 0).all())  # kept anew after refining
+    trainer.run()
+    assert trainer.strategy_state["error"].shape == (trainer.num_gaussians,)
+    with pytest.raises(ValueError, match="batch_size 1"):
+        Trainer(make_scene(), TrainConfig(steps=6, batch_size=2), strategy=strategy)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -21,7 +21,8 @@ class Strategy:
     ``info`` holding the render's ``means2d`` (its ``.grad`` filled), ``radii
     [C, N, 2]``, ``absgrad`` (or None), ``width``, ``height`` and ``n_cameras`` (the
     views of the step in this process: each view's loss carries ``1 / n_cameras``), or
-    ``groups``, a list of such dicts (views of several sizes); in a data-parallel run
+    ``groups``, a list of such dicts (views of several sizes), and ``error`` where
+    :meth:`needs_error` asks for it; in a data-parallel run
     also ``process_group`` (:class:`gsnb.train.batch.ProcessGroup`), whose ``sum_`` a
     strategy calls on its running sums before it decides, so that every process decides
     alike.
@@ -56,6 +57,18 @@ class Strategy:
     ) -> dict[str, int]:
         """Densify, prune or move Gaussians after step ``step`` (0-based); returns what changed."""
         raise NotImplementedError
+
+    def needs_error(self, step: int) -> bool:
+        """Whether ``info`` at ``step`` must also hold ``error`` ``[N]``: each Gaussian's share
+        of the view's error, in pixels (:func:`gsnb.train.error_shares.error_shares`), which
+        costs the step a second render. False (the default): not needed.
+
+        Example:
+            >>> from gsnb.train.strategy import MCMCStrategy
+            >>> MCMCStrategy().needs_error(600)
+            False
+        """
+        return False
 
     def densifies_at(self, step: int) -> bool:
         """Whether step ``step`` may add, remove or reset Gaussians (not only accumulate).

@@ -59,6 +59,17 @@ class DefaultStrategy(Strategy):
             extent there (the product of its radii), not by view count, so that a large splat
             seen with small gradients over many pixels grows too (Pixel-GS, Zhang et al. 2024)
             (default False).
+        error_densify: grow the Gaussians by their share of the views' error instead of
+            their screen-space gradient (Bulò et al. 2024): a Gaussian densifies when,
+            in some view since the last refine step, the sum over the pixels of its blending
+            weight times the pixel's mean absolute error, divided by the view's pixel
+            count, exceeds ``grow_error``; a blurry splat over fine texture, whose pixels'
+            gradients cancel at its centre, grows too. The fused GPU step gathers the shares
+            in its backward pass; other steps render the view again
+            (:mod:`gsnb.train.error_shares`). One view a step (batch size 1, one process)
+            (default False).
+        grow_error: the share of a view's error above which ``error_densify`` grows a
+            Gaussian (default 5e-6).
 
     Example:
         >>> from gsnb.train.strategy import DefaultStrategy
@@ -87,6 +98,8 @@ class DefaultStrategy(Strategy):
     revised_opacity: bool = knob(True)
     opacity_reset: bool = knob(True)
     pixel_weighted: bool = knob(False)
+    error_densify: bool = knob(False)
+    grow_error: float = knob(5e-6, low=0.0, high=1.0, log=True)
 
     def initialize_state(self, scene_scale: float) -> dict[str, Any]:
         """``scene_scale`` and the running sums ``grad2d [N]``, ``count [N]`` (made lazily)."""
@@ -115,10 +128,24 @@ class DefaultStrategy(Strategy):
             counts |= {"cloned": cloned, "split": split, "pruned": pruned}
             state["grad2d"].zero_()
             state["count"].zero_()
+            if state.get("error") is not None:
+                state["error"].zero_()
         if self.resets_at(step):
             ops.reset_opacity(params, optimizer, self.prune_opa * 2.0)
             counts["reset"] = 1
         return counts
+
+    def needs_error(self, step: int) -> bool:
+        """Whether ``step``'s ``info`` must hold ``error``, each Gaussian's share of the
+        view's error (:func:`gsnb.train.error_shares.error_shares`, in pixels).
+
+        Example:
+            >>> from gsnb.train.strategy import DefaultStrategy
+            >>> on = DefaultStrategy(error_densify=True)
+            >>> DefaultStrategy().needs_error(600), on.needs_error(600), on.needs_error(15_000)
+            (False, True, False)
+        """
+        return self.error_densify and step < self.refine_stop_iter
 
     def densifies_at(self, step: int) -> bool:
         """Whether ``step`` clones, splits, prunes or resets (see :meth:`step_post_backward`).
@@ -171,6 +198,8 @@ class DefaultStrategy(Strategy):
             for group in info["groups"]:
                 self.accumulate(params, state, group | {"gate": info.get("gate")})
             return
+        if self.error_densify:
+            self._keep_error(params, state, info)
         grads = info.get("absgrad") if self.absgrad else info["means2d"].grad
         if grads is None:
             if self.absgrad:
@@ -204,6 +233,30 @@ class DefaultStrategy(Strategy):
         state["grad2d"] += torch.where(visible, weight * grad, 0.0).sum(0)
         state["count"] += weight.sum(0)
 
+    @staticmethod
+    def _keep_error(params: MutableMapping[str, nn.Parameter], state: dict, info: dict) -> None:
+        """Keep in ``state["error"] [N]`` each Gaussian's largest share of a view's error
+        (nothing from a step ``info["gate"]`` closes)."""
+        shares = info.get("error")
+        if shares is None:
+            raise RuntimeError(
+                "error_densify needs each Gaussian's share of the view's error, which a step "
+                "of one view in one process gives: train with batch_size 1 and one process, "
+                "or turn error_densify off"
+            )
+        n = params["means"].shape[0]
+        if shares.shape != (n,):
+            raise ValueError(f"info['error'] must be [N] = [{n}], got {tuple(shares.shape)}")
+        shares = shares / float(info["width"] * info["height"])
+        gate = info.get("gate")
+        if gate is not None:
+            shares = torch.where(gate_open(gate).to(shares.device), shares, 0.0)
+        kept = state.get("error")
+        if kept is None or kept.shape != shares.shape:
+            state["error"] = shares.clone()
+        else:
+            torch.maximum(kept, shares, out=kept)
+
     @torch.no_grad()
     def refine(
         self,
@@ -217,8 +270,13 @@ class DefaultStrategy(Strategy):
         transparent (after the first reset also the too large) ones, the children
         included; returns ``(cloned, split, pruned)``. Every tensor is rebuilt once
         (:func:`gsnb.train.strategy.refine.clone_split_prune`)."""
-        grads = state["grad2d"] / state["count"].clamp_min(1)
-        high = grads > self.grow_grad2d
+        if self.error_densify:
+            error = state.get("error")
+            high = torch.zeros_like(state["count"], dtype=torch.bool)
+            if error is not None and error.shape == high.shape:
+                high = error > self.grow_error
+        else:
+            high = state["grad2d"] / state["count"].clamp_min(1) > self.grow_grad2d
         small = torch.exp(params["scales"]).amax(-1) <= self.grow_scale3d * state["scene_scale"]
         too_big = self.prune_scale3d * state["scene_scale"]
 

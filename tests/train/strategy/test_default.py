@@ -90,6 +90,36 @@ def test_pixel_weighted_averages_over_the_views_by_screen_extent() -> None:
         assert state["count"].item() == pytest.approx(sum(weights))
 
 
+def test_error_densify_grows_by_the_largest_share_of_a_views_error() -> None:
+    s = DefaultStrategy(error_densify=True, grow_error=1e-3)
+    # 0: small, a large share in one view of two -> clone; 1: large, shares below the
+    # threshold in every view, however large its gradient -> kept; 2: large, a large share
+    # -> split.
+    params, opt, state = setup([0.005, 0.05, 0.05], [0.5, 0.5, 0.5], s)
+    pixels = W * H
+    views = ([2e-3 * pixels, 0.9e-3 * pixels, 0.0], [0.0, 0.9e-3 * pixels, 5e-3 * pixels])
+    huge = [(1.0, 0.0)] * 3
+    for shares in views:
+        s.accumulate(params, state, info(huge, [True] * 3) | {"error": torch.tensor(shares)})
+    assert state["error"].tolist() == pytest.approx([2e-3, 0.9e-3, 5e-3])
+    counts = s.step_post_backward(
+        params, opt, state, 600, info(huge, [True] * 3) | {"error": torch.zeros(3)}, 1e-4
+    )
+    assert counts == {"cloned": 1, "split": 1, "pruned": 0, "reset": 0}
+    scales = torch.exp(params["scales"][:, 0]).tolist()
+    assert scales == pytest.approx([0.005, 0.05, 0.005, 0.05 / 1.6, 0.05 / 1.6], rel=1e-5)
+    assert state["error"].shape == (5,) and bool((state["error"] == 0).all())
+
+
+def test_error_densify_without_error_shares_names_the_fix() -> None:
+    s = DefaultStrategy(error_densify=True)
+    params, _opt, state = setup([0.005], [0.5], s)
+    with pytest.raises(RuntimeError, match="batch_size 1"):
+        s.accumulate(params, state, info([(0.0, 0.0)], [True]))
+    assert s.needs_error(600) and not s.needs_error(15_000)
+    assert not DefaultStrategy().needs_error(600)
+
+
 def test_below_threshold_nothing_grows() -> None:
     s = DefaultStrategy()
     params, opt, state = setup([0.005, 0.05], [0.5, 0.5], s)

@@ -390,12 +390,15 @@ class Trainer(TrainingControl):
     def _reads_behind(self, step: int, early: bool, fused: bool) -> bool:
         """Whether ``step`` may be read back during the next one: in a loop, not its last
         step, a one-view fused step whose update went out gated (or ungated), a strategy
-        that gates itself at this step, no exposure or pose correction, and no evaluation
-        or checkpoint due after it (those read the state as of a counted step)."""
+        that gates itself at this step, no exposure or pose correction learning at it (before
+        ``pose_refine_start`` the corrections' step does nothing), and no evaluation or
+        checkpoint due after it (those read the state as of a counted step)."""
         end, cfg = self._read_behind_until, self.config
         if end is None or step + 1 >= end or not (early and fused) or self.process_group:
             return False
-        if cfg.exposure or cfg.pose_refine or not self.strategy.gates_at(step):
+        if cfg.exposure or self.corrections.learns_poses(step):
+            return False
+        if not self.strategy.gates_at(step):
             return False
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and self.dataset.test_ids:
             return False

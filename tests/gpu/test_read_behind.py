@@ -144,3 +144,14 @@ def test_checkpoints_hold_counted_steps(cuda_ext, tmp_path):
     assert resumed.step_count == 14
     assert [m.step for m in trainer.history] == list(range(1, 17))
     assert Trainer.resume_from(out, trainer.dataset).step_count == 16
+
+
+def test_pose_refinement_reads_behind_until_its_corrections_learn(cuda_ext, tmp_path):
+    # Before pose_refine_start the corrections' step does nothing and the step fuses; from
+    # it on, each view's render moves with its correction and no step is read behind.
+    trainer = make(tmp_path, pose_refine=True, pose_refine_start=25)
+    settled = behind_count(trainer)
+    trainer.run(30)
+    assert settled and max(settled) < 25
+    assert not {10, 15, 20} & set(settled)
+    assert float(trainer.corrections.poses.params.abs().sum()) > 0  # learned from step 25

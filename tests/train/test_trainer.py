@@ -244,3 +244,15 @@ def test_read_back_slots_alternate_and_outlive_queued_copies(make_scene, monkeyp
     in_flight(None)
     longer, _ = trainer._read_slot(40)  # longer sums: new tensors, once the stream is through
     assert longer.numel() == 40 and syncs == [trainer._device_index]
+
+
+def test_read_behind_waits_only_for_pose_corrections_that_learn(make_scene) -> None:
+    config = TrainConfig(steps=100, pose_refine=True, pose_refine_start=50)
+    trainer = Trainer(make_scene(), config)
+    trainer._read_behind_until = 100  # as run() sets it
+    assert trainer._reads_behind(10, early=True, fused=True)
+    assert not trainer._reads_behind(50, early=True, fused=True)
+    assert not trainer._reads_behind(10, early=True, fused=False)
+    trainer.set(pose_refine_start=0)
+    trainer._apply_pending()
+    assert not trainer._reads_behind(10, early=True, fused=True)

@@ -491,15 +491,17 @@ def train_forward_backward(
     error_shares: bool = False,
 ) -> list[Tensor]:
     """A training step's render (:func:`gsnb.render_splats`, classic or ``antialiased``,
-    through the 3D filter's variances ``filter3d``, no depth), photometric loss and gradients
+    through the 3D filter's variances ``filter3d``; no depth: with ``error_shares`` a fourth
+    channel, zero for every splat, blends in its place), photometric loss and gradients
     in one call: ``[stats [4] (loss, L1, SSIM, MSE), v_means, v_quats, v_scales, v_opacities,
     v_sh0, v_shN, means2d [1, N, 2], v_means2d [1, N, 2], radii [1, N, 2] int32, absgrad
     [1, N, 2] (empty unless absgrad), count [1] int64, shares [N]]``: ``count`` splat-tile
     intersections; ``shares`` (empty unless ``error_shares``) each splat's share of the
     error, as :func:`gsnb.train.error_shares.error_shares` of
-    :func:`~gsnb.train.error_shares.pixel_error` gives it, from the same render.
-    ``capacity > 0`` bins them into buffers of that size without the host waiting for the
-    count (:func:`bin_splats_within`); where the count exceeds it, the loss is NaN."""
+    :func:`~gsnb.train.error_shares.pixel_error` gives it, from the same render (the fourth
+    channel's gradient). ``capacity > 0`` bins the intersections into buffers of that size
+    without the host waiting for the count (:func:`bin_splats_within`); where the count
+    exceeds it, the loss is NaN."""
     return require().train_forward_backward(
         means, quats, scales, opacities, sh0, shN, viewmats, Ks, width, height, near_plane,
         far_plane, sh_degree, backgrounds, target, pad, sigma, c1, c2, lam, absgrad,

@@ -195,11 +195,7 @@ class Trainer(TrainingControl):
         self.strategy = (
             strategy if isinstance(strategy, Strategy) else make_strategy(strategy or "default")
         )
-        if cfg.batch_size > 1 and self.strategy.needs_error(0):
-            raise ValueError(
-                f"error_densify needs each Gaussian's share of one view's error a step; batch_size "
-                f"is {cfg.batch_size}: train with batch_size 1, or turn error_densify off"
-            )
+        _check_error_shares(cfg, self.strategy)
         self.device = _resolve_device(cfg.device)
         self._device_index = _device_index(self.device)
         self.default_renderer = BackendRenderer(cfg.backend)
@@ -463,6 +459,12 @@ class Trainer(TrainingControl):
         fused: fused_step.StepGrads | None = None
         capacity = 0
         if cfg.batch_size > 1 or group is not None:  # several views per step: gsnb.train.batch
+            if self.strategy.needs_error(step):  # a data-parallel run of one view a step
+                raise ValueError(
+                    "error_densify needs each Gaussian's share of one view's error a step, "
+                    "which a data-parallel run does not give; train in one process, or turn "
+                    "error_densify off"
+                )
             rank, world = (0, 1) if group is None else (group.rank, group.world_size)
             ids, upcoming = batch.draw_views(self._order, cfg.batch_size, rank, world)
             idx = ids[0]
@@ -820,8 +822,8 @@ class Trainer(TrainingControl):
             # Knobs valid alone can contradict each other (see knobs.check_order).
             in_config = {k: v for k, v in merged.items() if hasattr(self.config, k)}
             in_strategy = {k: v for k, v in merged.items() if k not in in_config}
-            dataclasses.replace(self.config, **in_config)
-            dataclasses.replace(self.strategy, **in_strategy)
+            config = dataclasses.replace(self.config, **in_config)
+            _check_error_shares(config, dataclasses.replace(self.strategy, **in_strategy))
             self._pending.update(checked)
 
     @property
@@ -1007,8 +1009,9 @@ class Trainer(TrainingControl):
         target: Tensor,
     ) -> Tensor:
         """``[N]`` each Gaussian's share of the error of the step's image ``rgb`` against
-        ``target`` (both as the loss saw them), rendered as the step rendered it: the view's
-        pose correction, the rasterize mode and the 3D filter."""
+        ``target`` (both as the loss saw them: a test view's left half, ``[H, cut, 3]``, has
+        no error on its right), rendered as the step rendered it: the view's pose correction,
+        the rasterize mode and the 3D filter."""
         model = self.corrections.gaussians(self.model, viewmat, view, self._step)
         variances = self._filter3d_variances()
         black = torch.zeros(3, device=self.device)
@@ -1016,7 +1019,10 @@ class Trainer(TrainingControl):
         def draw(gaussians: MovedGaussians) -> RenderResult:
             return self._draw(gaussians, variances, viewmat, K, width, height, 0, black, False)
 
-        return error_shares(model.splats, draw, pixel_error(rgb, target))
+        error = pixel_error(rgb, target)
+        if error.shape[1] < width:  # the loss saw the left columns only
+            error = torch.nn.functional.pad(error, (0, width - error.shape[1]))
+        return error_shares(model.splats, draw, error)
 
     def _filter3d_variances(self) -> Tensor | None:
         """The 3D filter's ``[N]`` variances at this step, or None while it is off."""
@@ -1220,6 +1226,15 @@ class Trainer(TrainingControl):
         return (
             f"Trainer(step {self._step}/{self.config.steps}, {self.num_gaussians} Gaussians, "
             f"strategy {self.strategy.name}, {self.device}, {self._status})"
+        )
+
+
+def _check_error_shares(config: TrainConfig, strategy: Strategy) -> None:
+    """Refuse a strategy that needs each step's error shares in a run of several views a step."""
+    if config.batch_size > 1 and strategy.needs_error(0):
+        raise ValueError(
+            f"error_densify needs each Gaussian's share of one view's error a step; batch_size "
+            f"is {config.batch_size}: train with batch_size 1, or turn error_densify off"
         )
 
 

@@ -151,6 +151,21 @@ def test_error_densify_grows_where_the_views_are_wrong(make_scene) -> None:
     assert trainer.strategy_state["error"].shape == (trainer.num_gaussians,)
     with pytest.raises(ValueError, match="batch_size 1"):
         Trainer(make_scene(), TrainConfig(steps=6, batch_size=2), strategy=strategy)
+    batched = Trainer(make_scene(), TrainConfig(steps=6, batch_size=2))
+    with pytest.raises(ValueError, match="batch_size 1"):
+        batched.set(error_densify=True)
+    assert batched.pending_knobs == {}
+
+
+def test_error_densify_takes_a_test_views_left_half_as_the_loss_does(make_scene) -> None:
+    # With the exposure transform the test views train on their left halves (3DGS's protocol).
+    strategy = DefaultStrategy(error_densify=True, refine_start_iter=2, refine_every=3)
+    config = TrainConfig(steps=8, exposure=True, train_test_exp=True)
+    trainer = Trainer(make_scene(test_every=2), config, strategy=strategy)
+    assert trainer.corrections.first_half < len(trainer.train_images.views)
+    trainer.run()
+    assert trainer.step_count == 8
+    assert trainer.strategy_state["error"].shape == (trainer.num_gaussians,)
 
 
 @pytest.mark.parametrize(

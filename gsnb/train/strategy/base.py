@@ -60,8 +60,9 @@ class Strategy:
 
     def needs_error(self, step: int) -> bool:
         """Whether ``info`` at ``step`` must also hold ``error`` ``[N]``: each Gaussian's share
-        of the view's error, in pixels (:func:`gsnb.train.error_shares.error_shares`), which
-        costs the step a second render. False (the default): not needed.
+        of the view's error, in pixels (:func:`gsnb.train.error_shares.error_shares`): the
+        fused GPU step gathers them in its backward pass, other steps render the view again.
+        False (the default): not needed.
 
         Example:
             >>> from gsnb.train.strategy import MCMCStrategy

@@ -102,7 +102,9 @@ class DefaultStrategy(Strategy):
     grow_error: float = knob(5e-6, low=0.0, high=1.0, log=True)
 
     def initialize_state(self, scene_scale: float) -> dict[str, Any]:
-        """``scene_scale`` and the running sums ``grad2d [N]``, ``count [N]`` (made lazily)."""
+        """``scene_scale`` and the running sums ``grad2d [N]``, ``count [N]`` (made lazily;
+        with ``error_densify`` also ``error [N]``, each Gaussian's largest share of a view's
+        error since the last refine step)."""
         return {"scene_scale": float(scene_scale), "grad2d": None, "count": None}
 
     def step_post_backward(
@@ -266,7 +268,8 @@ class DefaultStrategy(Strategy):
         step: int,
         generator: torch.Generator | None = None,
     ) -> tuple[int, int, int]:
-        """Clone small and split large Gaussians of high mean gradient, then prune the
+        """Clone small and split large Gaussians of high mean gradient (with
+        ``error_densify``: of a large share of a view's error), then prune the
         transparent (after the first reset also the too large) ones, the children
         included; returns ``(cloned, split, pruned)``. Every tensor is rebuilt once
         (:func:`gsnb.train.strategy.refine.clone_split_prune`)."""

@@ -120,6 +120,25 @@ def test_error_densify_without_error_shares_names_the_fix() -> None:
     assert not DefaultStrategy().needs_error(600)
 
 
+def test_error_densify_keeps_nothing_from_a_closed_gate_and_checks_the_shape() -> None:
+    s = DefaultStrategy(error_densify=True)
+    params, _opt, state = setup([0.005, 0.005], [0.5, 0.5], s)
+    shares = torch.tensor([3.0, float("nan")]) * W * H
+    nan_gate = torch.tensor([1.0, 0.0, float("nan")], dtype=torch.float64)  # a NaN loss
+    s.accumulate(
+        params, state, info([(0.0, 0.0)] * 2, [True] * 2) | {"error": shares, "gate": nan_gate}
+    )
+    assert state["error"].tolist() == [0.0, 0.0]
+    open_gate = torch.tensor([1.0, 0.0, 0.5], dtype=torch.float64)
+    good = torch.tensor([3.0, 1.0]) * W * H
+    s.accumulate(
+        params, state, info([(0.0, 0.0)] * 2, [True] * 2) | {"error": good, "gate": open_gate}
+    )
+    assert state["error"].tolist() == pytest.approx([3.0, 1.0])
+    with pytest.raises(ValueError, match=r"\[N\] = \[2\]"):
+        s.accumulate(params, state, info([(0.0, 0.0)] * 2, [True] * 2) | {"error": torch.ones(3)})
+
+
 def test_below_threshold_nothing_grows() -> None:
     s = DefaultStrategy()
     params, opt, state = setup([0.005, 0.05], [0.5, 0.5], s)

@@ -25,11 +25,11 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import environment, write_json
+from compare_densify_inputs import render_view
 
 from gsnb.data.dataset import load_dataset
 from gsnb.train import DefaultStrategy, TrainConfig, Trainer
 from gsnb.train.error_shares import error_shares, pixel_error
-from gsnb.train.losses import photometric_terms
 from gsnb.train.pose_refine import MovedGaussians
 from gsnb.train.rendering import render_model
 
@@ -42,26 +42,13 @@ def statistics(trainer: Trainer) -> tuple[torch.Tensor, torch.Tensor]:
     count = torch.zeros(n, device=trainer.device)
     error = torch.zeros(n, device=trainer.device)
     black = torch.zeros(3, device=trainer.device)
-    degree = trainer.sh_degree_now
-    for idx in tqdm(range(len(trainer.train_images.views)), desc="views", leave=False):
+    for idx in tqdm(range(len(trainer.train_images)), desc="views", leave=False):
+        seen = render_view(trainer, "gsnb", idx)  # the trainer's render, loss and backward
+        grad_sum += torch.where(seen["visible"], seen["norm"], 0.0)
+        count += seen["visible"].float()
         target = trainer.train_images.images[idx]
         height, width = target.shape[:2]
         viewmat, K = trainer.train_images.cameras[idx]
-        for p in trainer.model.splats.values():
-            p.grad = None
-        out = render_model(
-            trainer.model, trainer.default_renderer, viewmat, K, width, height,
-            sh_degree=degree, background=trainer.background,
-        )  # fmt: skip
-        means2d = out.meta.means2d
-        means2d.retain_grad()
-        rgb = out.rgb.squeeze(0)
-        photometric_terms(rgb, target, trainer.config.ssim_lambda)[0].backward()
-        grad = means2d.grad.reshape(-1, n, 2)[0]
-        visible = (out.meta.radii.reshape(-1, n, 2)[0] > 0).all(-1)
-        norm = (grad * grad.new_tensor([width / 2, height / 2])).norm(dim=-1)
-        grad_sum += torch.where(visible, norm, 0.0)
-        count += visible.float()
 
         def draw(gaussians: MovedGaussians, viewmat=viewmat, K=K, width=width, height=height):
             return render_model(
@@ -69,7 +56,7 @@ def statistics(trainer: Trainer) -> tuple[torch.Tensor, torch.Tensor]:
                 sh_degree=0, background=black,
             )  # fmt: skip
 
-        shares = error_shares(trainer.model.splats, draw, pixel_error(rgb, target))
+        shares = error_shares(trainer.model.splats, draw, pixel_error(seen["rgb"][0], target))
         error = torch.maximum(error, shares / (width * height))
     return grad_sum / count.clamp_min(1), error
 

@@ -273,11 +273,8 @@ class DefaultStrategy(Strategy):
         transparent (after the first reset also the too large) ones, the children
         included; returns ``(cloned, split, pruned)``. Every tensor is rebuilt once
         (:func:`gsnb.train.strategy.refine.clone_split_prune`)."""
-        if self.error_densify:
-            error = state.get("error")
-            high = torch.zeros_like(state["count"], dtype=torch.bool)
-            if error is not None and error.shape == high.shape:
-                high = error > self.grow_error
+        if self.error_densify:  # accumulate kept this step's shares, so they exist
+            high = state["error"] > self.grow_error
         else:
             high = state["grad2d"] / state["count"].clamp_min(1) > self.grow_grad2d
         small = torch.exp(params["scales"]).amax(-1) <= self.grow_scale3d * state["scene_scale"]

@@ -25,6 +25,13 @@ know share one machine and one JSON; ``--baseline anchor`` compares every recipe
     python benchmarks/quality_sweep.py .device/fox --recipes default,normalize_world \\
         --anchor .device/anchor/run.sh --baseline anchor --runs 4 --steps 30000 --out out/30k
 
+``--screen R --keep K`` spends the runs where they can still change a decision: once every
+recipe has finished its first ``R`` runs, only the ``K`` recipes of highest mean test PSNR go
+on to ``--runs`` (the baseline and the anchor always do; :func:`screen`)::
+
+    python benchmarks/quality_sweep.py .device/fox --recipes default,noreset,mcmc,sh_int500 \\
+        --runs 8 --screen 3 --keep 1 --out out/screened
+
 On a CPU (``GSNB_RUN_DEVICE=cpu GSNB_RUN_BACKEND=reference``), a tiny scene::
 
     python benchmarks/quality_sweep.py SCENE --downscale 1 --steps 20 --runs 2 --parallel 2 \\
@@ -239,6 +246,34 @@ def summarize(runs: list[dict[str, Any]], names: list[str], baseline: str) -> di
     return out
 
 
+def screen(
+    runs: list[dict[str, Any]], names: list[str], keep: int, always: set[str]
+) -> tuple[list[str], dict[str, float | None]]:
+    """The recipes that go on after screening, and the mean test PSNR of those that do not.
+
+    The ``keep`` recipes of highest mean PSNR among those not in ``always`` go on, with every
+    one in ``always`` (the baseline, the anchor); a recipe whose runs all failed has no mean
+    and is dropped first.
+
+    Example:
+        >>> rows = [{"name": "base", "psnr": 31.0}, {"name": "a", "psnr": 31.5},
+        ...         {"name": "b", "psnr": 30.5}, {"name": "c", "psnr": 32.0}]
+        >>> screen(rows, ["base", "a", "b", "c"], keep=1, always={"base"})
+        (['base', 'c'], {'a': 31.5, 'b': 30.5})
+    """
+    means: dict[str, float | None] = {}
+    for name in names:
+        psnr = [r["psnr"] for r in runs if r.get("name") == name and "psnr" in r]
+        means[name] = statistics.fmean(psnr) if psnr else None
+    ranked = sorted(
+        (n for n in names if n not in always),
+        key=lambda n: -math.inf if means[n] is None else means[n],
+        reverse=True,
+    )
+    kept = set(ranked[:keep]) | (set(names) & always)
+    return [n for n in names if n in kept], {n: means[n] for n in names if n not in kept}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", type=Path, help="dataset folder (COLMAP or transforms.json)")
@@ -262,6 +297,13 @@ def main() -> None:
         "--anchor-work", type=Path, default=Path("/tmp/gs_anchor"),
         help="the anchor's work folder (its setup, once per machine, and its runs)",
     )  # fmt: skip
+    parser.add_argument(
+        "--screen", type=int, default=0,
+        help="after this many runs of every recipe keep only the --keep best (0: no screening)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep", type=int, default=1, help="recipes besides the baseline kept by --screen"
+    )
     parser.add_argument("--out", type=Path, default=Path("out/quality_sweep"))
     args = parser.parse_args()
     recipes = load_recipes(args.recipes)
@@ -280,6 +322,12 @@ def main() -> None:
         parser.error(f"--baseline {baseline!r} is not one of the recipes {names}")
     if args.runs < 1 or args.parallel < 1:
         parser.error("--runs and --parallel must be at least 1")
+    if args.screen < 0 or args.keep < 0:
+        parser.error("--screen and --keep must not be negative")
+    if args.screen >= args.runs:
+        args.screen = 0  # every recipe runs --runs times anyway
+    screened_from = args.first_seed + args.screen if args.screen else None
+    screening: dict[str, Any] = {}
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     jobs = [
         (name, seed)
@@ -303,27 +351,47 @@ def main() -> None:
                 "baseline": baseline,
                 "note": "runs shared one device: quality is comparable, wall_s is not a speed",
                 "summary": summarize(runs, names, baseline),
+                **({"screening": screening} if screening else {}),
                 "runs": runs,
             },
         )
 
     setup = args.anchor_work / "setup.json"
 
-    def startable(name: str) -> bool:
+    def startable(name: str, seed: int) -> bool:
+        # runs past the screening wait until it is decided
+        if screened_from is not None and seed >= screened_from and not screening:
+            return False
         # the anchor sets itself up (gsplat's JIT build) in its first run: the others wait
         # for that to finish rather than build the same folder at once
         if name != ANCHOR or setup.is_file():
             return True
         return not any(n == ANCHOR for n, _ in pending.values())
 
+    def decide_screening() -> None:
+        unfinished = [s for _, s in [*queue, *pending.values()] if s < (screened_from or 0)]
+        if screened_from is None or screening or unfinished:
+            return
+        kept, dropped = screen(runs, names, args.keep, {baseline, ANCHOR})
+        screening.update(
+            after_runs=args.screen,
+            kept=kept,
+            dropped={n: None if m is None else round(m, 3) for n, m in dropped.items()},
+        )
+        queue[:] = [job for job in queue if job[0] in kept]
+        bar.total = len(runs) + len(pending) + len(queue)
+        bar.refresh()
+        tqdm.write(f"screening after {args.screen} runs: going on with {', '.join(kept)}")
+
     env = os.environ | {"GS_ANCHOR_WORK": str(args.anchor_work)}
     pending: dict[Future, tuple[str, int]] = {}
     with ThreadPoolExecutor(args.parallel) as pool, tqdm(total=len(jobs), unit="run") as bar:
         queue = list(jobs)
         while queue or pending:
+            decide_screening()
             late = args.deadline > 0 and time.monotonic() - started > args.deadline
             while len(pending) < args.parallel and not late:
-                ready = [job for job in queue if startable(job[0])]
+                ready = [job for job in queue if startable(*job)]
                 if not ready:
                     break
                 name, seed = ready[0]

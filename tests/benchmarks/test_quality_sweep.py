@@ -116,3 +116,45 @@ def test_a_missing_anchor_script_is_refused(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2 and "no such file (the anchor's run.sh)" in done.stderr
+
+
+def test_screening_keeps_the_best_recipes_and_the_baseline() -> None:
+    rows = [
+        {"name": "base", "psnr": 30.0}, {"name": "a", "psnr": 31.0},
+        {"name": "a", "psnr": 32.0}, {"name": "b", "psnr": 31.0},
+        {"name": "c", "error": "failed"}, {"name": "anchor", "psnr": 29.0},
+    ]  # fmt: skip
+    names = ["base", "a", "b", "c", "anchor"]
+    kept, dropped = quality_sweep.screen(rows, names, keep=1, always={"base", "anchor"})
+    assert kept == ["base", "a", "anchor"] and dropped == {"b": 31.0, "c": None}
+    kept, dropped = quality_sweep.screen(rows, names, keep=2, always={"base", "anchor"})
+    assert kept == ["base", "a", "b", "anchor"] and dropped == {"c": None}
+    assert quality_sweep.screen(rows, names, keep=0, always={"base"})[0] == ["base"]
+
+
+def test_a_screened_sweep_runs_only_the_kept_recipes_past_the_screen(tmp_path: Path) -> None:
+    scene = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=100)
+    recipes = tmp_path / "recipes.json"
+    lower = {f"sh{d}": {"config": {"sh_degree": d}} for d in (0, 1)}
+    recipes.write_text(json.dumps({"plain": {}} | lower))
+    env = os.environ | {"GSNB_RUN_DEVICE": "cpu", "GSNB_RUN_BACKEND": "reference"}
+    argv = [str(scene), "--recipes", str(recipes), "--runs", "2", "--screen", "1",
+            "--keep", "1", "--parallel", "3", "--steps", "3", "--downscale", "1",
+            "--out", str(tmp_path / "out")]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "quality_sweep.py"), *argv],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "out" / "quality_sweep.json").read_text())
+    screening = result["screening"]
+    assert screening["after_runs"] == 1 and len(screening["kept"]) == 2
+    assert "plain" in screening["kept"] and len(screening["dropped"]) == 1
+    (dropped,) = screening["dropped"]
+    (kept,) = set(screening["kept"]) - {"plain"}
+    first = {r["name"]: r["psnr"] for r in result["runs"] if r["seed"] == 0}
+    assert first[kept] >= first[dropped]
+    assert sorted((r["name"], r["seed"]) for r in result["runs"]) == sorted(
+        [("plain", 0), ("sh0", 0), ("sh1", 0), ("plain", 1), (kept, 1)]
+    )
+    assert result["summary"][dropped]["runs"] == 1

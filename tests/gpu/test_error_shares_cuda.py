@@ -12,7 +12,7 @@ from gsnb.train.error_shares import error_shares, pixel_error
 from gsnb.train.filter3d import apply_filter3d
 from gsnb.train.pose_refine import MovedGaussians
 from gsnb.train.strategy import DefaultStrategy
-from tests.gpu.test_cuda_raster import rel_err, scene
+from tests.gpu.test_cuda_raster import LAYOUTS, rel_err, scene, use_layout
 from tests.gpu.test_fused_step import HEIGHT, STORED, WIDTH, inputs, variances_for
 from tests.train.conftest import build_scene
 
@@ -82,7 +82,16 @@ def test_fused_step_gathers_the_shares_of_its_own_render(
     errors["means2d"] = rel_err(fused.means2d.grad, plain.means2d.grad)
     assert max(errors.values()) < 1e-4, errors  # one value more in the warp sums: rounding
     # The shares: the float64 reference's, of the same error map.
-    photo = target.double() / 255 if photo_bytes else target.double()
+    expected = reference_shares(splats, viewmats, Ks, target, mode, bg, variances)
+    assert expected.count_nonzero() > 100
+    err = rel_err(fused.error, expected)
+    print(f"{mode} filter={with_filter}: relative L2 error {err:.1e}")
+    assert err < 1e-3, err
+
+
+def reference_shares(splats, viewmats, Ks, target, mode, bg, variances) -> torch.Tensor:
+    """The float64 reference's error shares of the fused step's own render of camera 0."""
+    photo = target.double() / 255 if target.dtype == torch.uint8 else target.double()
     ref = {k: v.double() for k, v in splats.items()}
     scales, opacities = ref["scales"].exp(), torch.sigmoid(ref["opacities"])
     if variances is not None:
@@ -100,10 +109,40 @@ def test_fused_step_gathers_the_shares_of_its_own_render(
             backgrounds=torch.zeros(3, device="cuda", dtype=torch.float64),
         )  # fmt: skip
 
-    expected = error_shares(ref, draw, pixel_error(rgb, photo))
-    assert expected.count_nonzero() > 100
+    return error_shares(ref, draw, pixel_error(rgb, photo))
+
+
+@pytest.mark.parametrize("layout", ["two_rows", "one_row_unsegmented", "two_rows_segments_256"])
+@pytest.mark.parametrize("absgrad", [False, True])
+def test_fused_step_shares_in_other_layouts_and_with_absgrad(cuda_ext, layout, absgrad):
+    """The backward's other layouts (two pixel rows a thread, no segments) and AbsGS's sums,
+    whose warp sums carry one value more with the shares: the same shares, and nothing else
+    changed."""
+    splats, viewmats, Ks, target = inputs(3, seed=6)
+    previous = use_layout(*LAYOUTS[layout])
+    try:
+        steps = {}
+        for shares in (False, True):
+            params = {k: v.clone().requires_grad_(True) for k, v in splats.items()}
+            got = fused_step.forward_backward(
+                params, viewmats[0], Ks[0], WIDTH, HEIGHT, 3, None, target, 0.2,
+                absgrad=absgrad, error_shares=shares,
+            )  # fmt: skip
+            steps[shares] = got, {k: params[k].grad for k in STORED}
+    finally:
+        use_layout(*previous)
+    (plain, grads_plain), (fused, grads) = steps[False], steps[True]
+    assert rel_err(fused.stats, plain.stats) < 1e-5
+    errors = {k: rel_err(grads[k], grads_plain[k]) for k in STORED if grads[k].numel()}
+    errors["means2d"] = rel_err(fused.means2d.grad, plain.means2d.grad)
+    if absgrad:
+        errors["absgrad"] = rel_err(fused.absgrad, plain.absgrad)
+    else:
+        assert fused.absgrad is None
+    assert max(errors.values()) < 1e-4, errors
+    expected = reference_shares(splats, viewmats, Ks, target, "classic", None, None)
     err = rel_err(fused.error, expected)
-    print(f"{mode} filter={with_filter}: relative L2 error {err:.1e}")
+    print(f"{layout} absgrad={absgrad}: relative L2 error {err:.1e}")
     assert err < 1e-3, err
 
 

@@ -74,6 +74,7 @@ def main() -> None:
         "n": trainer.num_gaussians,
         "wall_s": round(seconds, 1),
         "normalize_world": bool(dataset_kw.get("normalize_world")),
+        "views": {view: round(psnr, 3) for view, psnr, _ in result.per_view},
     }
     print("RESULT " + json.dumps(row), flush=True)
 

@@ -208,6 +208,21 @@ def one_run(
     return anchor if anchor is not None else json.loads(rows[-1].removeprefix("RESULT "))
 
 
+def view_means(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Each test view's mean PSNR over the runs that report it (``quality_run.py``'s
+    ``views``), to see where a recipe gains or loses.
+
+    Example:
+        >>> view_means([{"views": {"a.jpg": 30.0, "b.jpg": 32.0}}, {"views": {"a.jpg": 31.0}}])
+        {'a.jpg': 30.5, 'b.jpg': 32.0}
+    """
+    per: dict[str, list[float]] = {}
+    for row in runs:
+        for view, psnr in row.get("views", {}).items():
+            per.setdefault(view, []).append(psnr)
+    return {view: round(statistics.fmean(v), 3) for view, v in per.items()}
+
+
 def summarize(runs: list[dict[str, Any]], names: list[str], baseline: str) -> dict[str, Any]:
     """Per recipe: runs, mean, SD, standard error, Gaussians; and the difference from baseline.
 
@@ -230,6 +245,9 @@ def summarize(runs: list[dict[str, Any]], names: list[str], baseline: str) -> di
         if len(psnr) > 1:
             entry["sd"] = round(statistics.stdev(psnr), 3)
             entry["se"] = round(statistics.stdev(psnr) / math.sqrt(len(psnr)), 3)
+        views = view_means([r for r in runs if r.get("name") == name])
+        if views:
+            entry["views"] = views
         out[name] = entry
     exact = {
         name: [r["psnr"] for r in runs if r.get("name") == name and "psnr" in r] for name in out

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gsnb.data.synthetic import make_synthetic_scene
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality_run.py"
@@ -26,3 +28,5 @@ def test_a_recipe_run_prints_its_result(tmp_path: Path, monkeypatch) -> None:
     row = json.loads(line.removeprefix("RESULT "))
     assert row["name"] == "revised" and row["seed"] == 3 and row["steps"] == 2
     assert row["n"] > 0 and 0 < row["psnr"] < 100
+    views = row["views"]  # each test view's PSNR, whose mean is the run's
+    assert views and sum(views.values()) / len(views) == pytest.approx(row["psnr"], abs=2e-3)

@@ -110,6 +110,30 @@ RECIPES: dict[str, dict[str, Any]] = {
     "error_densify": {"strategy_kwargs": {"error_densify": True}},
     "error_densify_lo": {"strategy_kwargs": {"error_densify": True, "grow_error": 2.5e-6}},
     "error_densify_hi": {"strategy_kwargs": {"error_densify": True, "grow_error": 1e-5}},
+    # The learning rates (3DGS's, which gsplat keeps) halved and doubled one at a time
+    **{
+        f"{name}_x{factor:g}": {"config": {name: value * factor}}
+        for name, value in (
+            ("lr_means", 1.6e-4),
+            ("lr_scales", 5e-3),
+            ("lr_opacities", 5e-2),
+            ("lr_quats", 1e-3),
+            ("lr_sh0", 2.5e-3),
+        )
+        for factor in (0.5, 2.0)
+    },
+    # MCMC under smaller caps than gsplat's 1M
+    "mcmc_300k": {"strategy": "mcmc", "strategy_kwargs": {"cap_max": 300_000}},
+    "mcmc_500k": {"strategy": "mcmc", "strategy_kwargs": {"cap_max": 500_000}},
+    # The best 7,000-step recipe with the filters against overfitting, or with pose refinement
+    "noreset_grow1.5e-4_aa_f3d": {
+        "strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4},
+        "config": {"rasterize_mode": "antialiased", "filter3d": True},
+    },
+    "noreset_grow1.5e-4_pose2000": {
+        "strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4},
+        "config": {"pose_refine": True, "pose_refine_start": 2000},
+    },
 }
 
 

@@ -117,7 +117,7 @@ def check_gpu_memory(
         warnings.warn(
             f"training {num_gaussians} Gaussians at {width}x{height} needs about "
             f"{need / 2**30:.1f} GiB of the GPU's {total / 2**30:.1f} GiB; raise the downscale "
-            "or cap the Gaussians (MCMC cap_max, or a higher grow_grad2d)",
+            "or cap the Gaussians (--cap-max, the strategy's cap_max)",
             ResourceWarning,
             stacklevel=3,
         )

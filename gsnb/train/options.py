@@ -285,7 +285,7 @@ def strategy_knobs() -> dict[str, dict[str, dataclasses.Field]]:
 
     Example:
         >>> knobs = strategy_knobs()
-        >>> sorted(knobs["refine_every"]), list(knobs["cap_max"])
+        >>> sorted(knobs["refine_every"]), list(knobs["noise_lr"])
         (['default', 'mcmc'], ['mcmc'])
     """
     found: dict[str, dict[str, dataclasses.Field]] = {}
@@ -304,10 +304,10 @@ def strategy_settings(args: argparse.Namespace) -> dict[str, Any]:
     Example:
         >>> strategy_settings(argparse.Namespace(strategy="default", grow_grad2d=3e-4))
         {'grow_grad2d': 0.0003}
-        >>> strategy_settings(argparse.Namespace(strategy="default", cap_max=10))
+        >>> strategy_settings(argparse.Namespace(strategy="default", noise_lr=10.0))
         Traceback (most recent call last):
         ...
-        ValueError: --cap-max applies to --strategy mcmc, not default
+        ValueError: --noise-lr applies to --strategy mcmc, not default
         >>> strategy_settings(argparse.Namespace(strategy="mcmc", opacity_reset=False))
         Traceback (most recent call last):
         ...

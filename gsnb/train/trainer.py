@@ -344,7 +344,7 @@ class Trainer(TrainingControl):
                 raise RuntimeError(
                     f"the GPU ran out of memory at step {self._step} with {self.num_gaussians} "
                     "Gaussians; the model is unchanged. Train at a larger --downscale, or cap the "
-                    "Gaussians (MCMC cap_max, or a higher grow_grad2d)"
+                    "Gaussians (--cap-max, the strategy's cap_max)"
                 ) from err
             finally:
                 self._read_behind_until = None
@@ -756,8 +756,8 @@ class Trainer(TrainingControl):
         return DensifyError(
             f"{cause}. The model, Adam and the strategy are as after step {step + 1}'s update "
             "and before its densification, which the next step retries first, so the run "
-            "continues as if nothing had happened. To densify less, raise grow_grad2d (or "
-            f"lower MCMC's cap_max) before continuing; {saved}",
+            "continues as if nothing had happened. To densify less, set a lower cap_max (or "
+            f"raise grow_grad2d) before continuing; {saved}",
             cause,
         )
 

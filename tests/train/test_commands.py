@@ -165,9 +165,9 @@ def test_strategy_options_reach_the_run_and_its_checkpoint(tmp_path: Path, capsy
     assert strategy.reset_every == 3000  # an option left out keeps the strategy's default
     capsys.readouterr()
     # another strategy's option is refused before anything is loaded or written
-    assert main(["train", *common[:1], "--out", str(tmp_path / "o"), "--cap-max", "9"]) == 1
+    assert main(["train", *common[:1], "--out", str(tmp_path / "o"), "--noise-lr", "9"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == "gsnb train: error: --cap-max applies to --strategy mcmc, not default"
+    assert err == "gsnb train: error: --noise-lr applies to --strategy mcmc, not default"
     assert not (tmp_path / "o").exists()
     # a range the strategy refuses, in one line
     assert main(["train", *common[:1], "--out", str(tmp_path / "p"), "--prune-opa", "2"]) == 1

@@ -70,6 +70,10 @@ class DefaultStrategy(Strategy):
             (default False).
         grow_error: the share of a view's error above which ``error_densify`` grows a
             Gaussian (default 5e-6).
+        cap_max: the most Gaussians densification grows to: when more Gaussians pass the
+            threshold than there is room for, those of the highest mean gradient (with
+            ``error_densify``: share of the error) grow, as Bulò et al. 2024 bound their
+            growth (default 0: no cap).
 
     Example:
         >>> from gsnb.train.strategy import DefaultStrategy
@@ -100,6 +104,7 @@ class DefaultStrategy(Strategy):
     pixel_weighted: bool = knob(False)
     error_densify: bool = knob(False)
     grow_error: float = knob(5e-6, low=0.0, high=1.0, log=True)
+    cap_max: int = knob(0, low=0)
 
     def initialize_state(self, scene_scale: float) -> dict[str, Any]:
         """``scene_scale`` and the running sums ``grad2d [N]``, ``count [N]`` (made lazily;
@@ -274,9 +279,12 @@ class DefaultStrategy(Strategy):
         included; returns ``(cloned, split, pruned)``. Every tensor is rebuilt once
         (:func:`gsnb.train.strategy.refine.clone_split_prune`)."""
         if self.error_densify:  # accumulate kept this step's shares, so they exist
-            high = state["error"] > self.grow_error
+            score, threshold = state["error"], self.grow_error
         else:
-            high = state["grad2d"] / state["count"].clamp_min(1) > self.grow_grad2d
+            score, threshold = state["grad2d"] / state["count"].clamp_min(1), self.grow_grad2d
+        high = score > threshold
+        if self.cap_max:
+            high = within_cap(high, score, self.cap_max - params["means"].shape[0])
         small = torch.exp(params["scales"]).amax(-1) <= self.grow_scale3d * state["scene_scale"]
         too_big = self.prune_scale3d * state["scene_scale"]
 
@@ -290,6 +298,26 @@ class DefaultStrategy(Strategy):
             params, optimizer, state, high & small, high & ~small, doomed, generator,
             revised_opacity=self.revised_opacity,
         )  # fmt: skip
+
+
+def within_cap(grow: Tensor, score: Tensor, room: int) -> Tensor:
+    """``grow [N]`` (bool) limited to the ``room`` Gaussians of highest ``score [N]`` among
+    those it holds: each clone or split adds one Gaussian.
+
+    Example:
+        >>> import torch
+        >>> grow = torch.tensor([True, True, False, True])
+        >>> score = torch.tensor([3.0, 1.0, 9.0, 2.0])
+        >>> within_cap(grow, score, 2).tolist(), within_cap(grow, score, 0).tolist()
+        ([True, False, False, True], [False, False, False, False])
+    """
+    if int(grow.sum()) <= room:  # a refine step synchronises anyway
+        return grow
+    out = torch.zeros_like(grow)
+    if room > 0:
+        ranked = torch.where(grow, score, torch.full_like(score, -torch.inf))
+        out[torch.topk(ranked, room).indices] = True
+    return out
 
 
 def _fused(grads: Tensor, radii: Tensor) -> bool:

@@ -111,6 +111,40 @@ def test_error_densify_grows_by_the_largest_share_of_a_views_error() -> None:
     assert state["error"].shape == (5,) and bool((state["error"] == 0).all())
 
 
+def test_a_cap_grows_the_gaussians_of_highest_gradient_only() -> None:
+    # four above the threshold (gradients 4x, 3x, 2x, 1.5x it), one below; the cap leaves
+    # room for two: the two of highest gradient grow, the small by a clone, the large by a split
+    scales = [0.005, 0.05, 0.005, 0.05, 0.005]
+    grads = [(2e-4 / (W / 2) * k, 0.0) for k in (2.0, 4.0, 1.5, 3.0, 0.5)]
+    s = DefaultStrategy(cap_max=7)
+    params, opt, state = setup(scales, [0.5] * 5, s)
+    counts = s.step_post_backward(params, opt, state, 600, info(grads, [True] * 5), 1e-4)
+    assert counts == {"cloned": 0, "split": 2, "pruned": 0, "reset": 0}
+    assert params["means"].shape[0] == 7
+    # no room: nothing grows, while pruning goes on
+    s = DefaultStrategy(cap_max=5)
+    params, opt, state = setup(scales, [0.5, 0.5, 0.5, 0.5, 0.001], s)
+    counts = s.step_post_backward(params, opt, state, 600, info(grads, [True] * 5), 1e-4)
+    assert counts == {"cloned": 0, "split": 0, "pruned": 1, "reset": 0}
+    # room enough: the cap changes nothing
+    s = DefaultStrategy(cap_max=100)
+    params, opt, state = setup(scales, [0.5] * 5, s)
+    counts = s.step_post_backward(params, opt, state, 600, info(grads, [True] * 5), 1e-4)
+    assert counts == {"cloned": 2, "split": 2, "pruned": 0, "reset": 0}
+
+
+def test_a_cap_with_error_densify_ranks_by_share_of_the_error() -> None:
+    s = DefaultStrategy(error_densify=True, grow_error=1e-3, cap_max=4)
+    params, opt, state = setup([0.005, 0.005, 0.005], [0.5] * 3, s)
+    shares = torch.tensor([2e-3, 5e-3, 3e-3]) * W * H  # all three above the threshold
+    s.accumulate(params, state, info([(0.0, 0.0)] * 3, [True] * 3) | {"error": shares})
+    counts = s.step_post_backward(
+        params, opt, state, 600, info([(0.0, 0.0)] * 3, [True] * 3) | {"error": shares}, 1e-4
+    )
+    assert counts["cloned"] == 1  # room for one: Gaussian 1, of the largest share
+    assert params["means"][-1].tolist() == params["means"][1].tolist()
+
+
 def test_error_densify_without_error_shares_names_the_fix() -> None:
     s = DefaultStrategy(error_densify=True)
     params, _opt, state = setup([0.005], [0.5], s)

@@ -110,6 +110,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     "error_densify": {"strategy_kwargs": {"error_densify": True}},
     "error_densify_lo": {"strategy_kwargs": {"error_densify": True, "grow_error": 2.5e-6}},
     "error_densify_hi": {"strategy_kwargs": {"error_densify": True, "grow_error": 1e-5}},
+    # ... under a cap on the Gaussians (their growth control), about the anchor's 30,000-step count
+    "error_densify_cap400k": {"strategy_kwargs": {"error_densify": True, "cap_max": 400_000}},
     # The learning rates (3DGS's, which gsplat keeps) halved and doubled one at a time
     **{
         f"{name}_x{factor:g}": {"config": {name: value * factor}}

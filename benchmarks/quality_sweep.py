@@ -124,6 +124,9 @@ RECIPES: dict[str, dict[str, Any]] = {
         )
         for factor in (0.5, 2.0)
     },
+    # Exposure compensation of the training views, the test views held out whole and
+    # rendered without one (the anchor's protocol, not 3DGS's right halves)
+    "exposure_heldout": {"config": {"exposure": True, "train_test_exp": False}},
     # MCMC under smaller caps than gsplat's 1M
     "mcmc_300k": {"strategy": "mcmc", "strategy_kwargs": {"cap_max": 300_000}},
     "mcmc_500k": {"strategy": "mcmc", "strategy_kwargs": {"cap_max": 500_000}},

@@ -19,8 +19,10 @@ gain lies in what the scene reconstructs (``both`` moves) or in how it lines up 
 
     python benchmarks/error_budget.py RUN_DIR --out DIR [--pose-steps 200]
 
-``RUN_DIR`` is a ``gsnb train`` output folder (or a checkpoint); the dataset is the one the
-run records (``--data`` for another path to it). Writes ``DIR/error_budget.json``.
+``RUN_DIR`` is a ``gsnb train`` output folder (or a checkpoint), loaded on the device and
+with the dataset the run records. Every number is taken where evaluation takes it: a view
+with a learned pose correction or exposure (3DGS's test halves) starts from them, and under
+that protocol only the right half counts, in the fits too. Writes ``DIR/error_budget.json``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -40,11 +41,11 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import environment, git_commit, write_json
 
-from gsnb.data.dataset import load_dataset
+from gsnb.data.dataset import View
 from gsnb.train import Trainer
 from gsnb.train.evaluation import image_metrics
-from gsnb.train.pose_refine import MovedGaussians, move_splats, pose_difference
-from gsnb.train.pose_refine import correction_matrices as corrections
+from gsnb.train.exposure import apply_exposure, left_columns
+from gsnb.train.pose_refine import MovedGaussians, move_splats
 from gsnb.train.rendering import render_model
 
 Draw = Callable[[Tensor], Tensor]
@@ -52,37 +53,44 @@ Draw = Callable[[Tensor], Tensor]
 
 
 def psnr(render: Tensor, target: Tensor) -> float:
-    """PSNR in dB of ``render`` (clamped to [0, 1], as evaluation does) against ``target``."""
+    """PSNR in dB of ``render`` (clamped to [0, 1], as evaluation does) against ``target``.
+
+    Example:
+        >>> import torch
+        >>> round(psnr(torch.full((4, 4, 3), 1.5), torch.full((4, 4, 3), 0.9)), 2)
+        20.0
+    """
     return image_metrics(render.detach(), target, with_lpips=False)[0]
 
 
 def fit_colour(render: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
-    """The least-squares affine colour transform ``A [3, 4]`` from ``render [H, W, 3]`` to
-    ``target``, and the render through it.
+    """The least-squares affine colour transform ``A [3, 4]`` from ``render [H, W, 3]``
+    (clamped to [0, 1] as evaluation sees it, so that the identity is among the candidates)
+    to ``target``, and the render through it.
 
     Example:
         >>> import torch
         >>> render = torch.rand(8, 8, 3, dtype=torch.float64)
         >>> target = 0.8 * render + 0.05
         >>> A, fitted = fit_colour(render, target)
-        >>> bool(torch.allclose(fitted, target)), [round(v, 3) for v in A[0].tolist()]
+        >>> bool(torch.allclose(fitted, target)), [round(v, 3) + 0 for v in A[0].tolist()]
         (True, [0.8, 0.0, 0.0, 0.05])
     """
-    x = render.detach().reshape(-1, 3)
+    x = render.detach().clamp(0.0, 1.0).reshape(-1, 3).double()
     x1 = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)  # [P, 4]
-    y = target.reshape(-1, 3).to(x1.dtype)
+    y = target.reshape(-1, 3).double()
     # the normal equations in float64: 4 x 4, well conditioned unless the render is flat
-    gram = (x1.T @ x1).double() + 1e-9 * torch.eye(4, dtype=torch.float64, device=x.device)
-    A = torch.linalg.solve(gram, (x1.T @ y).double()).T.to(x.dtype)  # [3, 4]
-    return A, (x1 @ A.T).reshape(render.shape)
+    gram = x1.T @ x1 + 1e-9 * torch.eye(4, dtype=torch.float64, device=x.device)
+    A = torch.linalg.solve(gram, x1.T @ y).T  # [3, 4]
+    return A.to(render.dtype), (x1 @ A.T).reshape(render.shape).to(render.dtype)
 
 
 def fit_pose(
-    draw: Draw, target: Tensor, steps: int, lr: float = 1e-3
+    draw: Draw, target: Tensor, steps: int, lr: float = 1e-3, start: Tensor | None = None
 ) -> tuple[Tensor, Tensor, list[float]]:
     """The pose correction ``[6]`` whose render matches ``target [H, W, 3]`` best (least
-    squares), by Adam from zero with a cosine decay of ``lr``; the best of the steps it
-    tried (zero included), that render and the PSNR of every step.
+    squares), by Adam from ``start`` (default zero) with a cosine decay of ``lr``; the best
+    of the steps it tried (``start`` included), that render and the PSNR of every step.
 
     Example:
         >>> import torch
@@ -94,7 +102,8 @@ def fit_pose(
         >>> abs(float(best[3]) - 0.05) < 5e-3, curve[-1] > curve[0] + 20
         (True, True)
     """
-    params = torch.zeros(6, device=target.device, requires_grad=True)
+    first = torch.zeros(6, device=target.device) if start is None else start.detach()
+    params = first.clone().to(target.device).requires_grad_(True)
     optim = torch.optim.Adam([params], lr=lr)
     best, best_render, best_psnr = params.detach().clone(), None, -math.inf
     curve: list[float] = []
@@ -117,8 +126,17 @@ def fit_pose(
     return best, best_render, curve
 
 
-def view_budget(trainer: Trainer, view: Any, target: Tensor, pose_steps: int, lr: float) -> dict:
-    """The four PSNRs of one held-out view and the pose correction its fit found."""
+def view_budget(
+    trainer: Trainer, view: View, target: Tensor, pose_steps: int, lr: float
+) -> dict[str, float]:
+    """The four PSNRs of one held-out view and how far its pose fit moved the camera.
+
+    The render is the one :meth:`Trainer.evaluate <gsnb.train.Trainer.evaluate>` scores:
+    with the view's learned pose correction and exposure when it has them, on the right
+    half under 3DGS's test-halves protocol; the fits start from it and see what it scores.
+    """
+    corrections = trainer.corrections
+    index = corrections.index_of(view.name)
     splats = {name: value.detach() for name, value in trainer.model.splats.items()}
     variances = (
         trainer.filter3d.variances(trainer.model.splats, trainer.step_count)
@@ -128,30 +146,41 @@ def view_budget(trainer: Trainer, view: Any, target: Tensor, pose_steps: int, lr
     viewmat = view.viewmat.to(trainer.device, torch.float32).reshape(1, 4, 4)
     K = view.K.to(trainer.device, torch.float32).reshape(1, 3, 3)
     extent = trainer.dataset.extent
+    learned = index is not None and corrections.poses.learned
+    start = corrections.poses.params[index].detach() if learned else None
+    exposure = (
+        corrections.exposure.matrices[index].detach()
+        if index is not None and trainer.config.exposure
+        else None
+    )
+    cut = left_columns(view.width) if corrections.metric_columns("test") else 0
+    target = target[:, cut:]
 
     def draw(params: Tensor) -> Tensor:
         moved = MovedGaussians(move_splats(splats, viewmat[0], params, extent), (0.0, 0.0, 0.0))
-        return render_model(
+        rgb = render_model(
             moved, trainer.renderer, viewmat, K, view.width, view.height,
             sh_degree=trainer.sh_degree_now, background=trainer.background,
             rasterize_mode=trainer.config.rasterize_mode, filter3d=variances,
         ).rgb[0]  # fmt: skip
+        if exposure is not None:
+            rgb = apply_exposure(rgb, exposure)
+        return rgb[:, cut:]
 
     with torch.no_grad():
-        render = trainer.render_view(view, corrected=True).rgb[0]
+        render = trainer.render_view(view, corrected=True).rgb[0][:, cut:]
     raw = psnr(render, target)
     colour = psnr(fit_colour(render, target)[1], target)
-    params, posed, _ = fit_pose(draw, target, pose_steps, lr)
-    angle, shift = pose_difference(
-        corrections(params.double(), extent) @ viewmat[0].double(), viewmat[0].double()
-    )
+    params, posed, _ = fit_pose(draw, target, pose_steps, lr, start=start)
+    change = params - (torch.zeros_like(params) if start is None else start.to(params.device))
     return {
         "raw": round(raw, 3),
         "colour": round(colour, 3),
         "pose": round(psnr(posed, target), 3),
         "both": round(psnr(fit_colour(posed, target)[1], target), 3),
-        "pose_degrees": round(math.degrees(float(angle)), 4),
-        "pose_extents": round(float(shift) / extent, 5),
+        # the fit's change to the correction: its angle, and its shift in scene extents
+        "pose_degrees": round(math.degrees(float(change[:3].norm())), 4),
+        "pose_extents": round(float(change[3:].norm()), 5),
     }
 
 
@@ -161,7 +190,7 @@ def summary(views: dict[str, dict[str, float]]) -> dict[str, float]:
     Example:
         >>> s = summary({"a": {"raw": 30.0, "colour": 31.0, "pose": 30.5, "both": 31.5},
         ...              "b": {"raw": 32.0, "colour": 32.0, "pose": 33.5, "both": 33.5}})
-        >>> s["raw"], s["colour_adds"], s["pose_adds"], s["both_add"]
+        >>> s["raw"], s["colour_adds"], s["pose_adds"], s["both_adds"]
         (31.0, 0.5, 1.0, 1.5)
     """
     means = {
@@ -171,7 +200,7 @@ def summary(views: dict[str, dict[str, float]]) -> dict[str, float]:
     return means | {
         "colour_adds": round(means["colour"] - means["raw"], 3),
         "pose_adds": round(means["pose"] - means["raw"], 3),
-        "both_add": round(means["both"] - means["raw"], 3),
+        "both_adds": round(means["both"] - means["raw"], 3),
     }
 
 
@@ -179,20 +208,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a gsnb train output folder or a checkpoint")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--data", type=Path, help="the dataset, if not where the run records it")
     parser.add_argument("--pose-steps", type=int, default=200, help="Adam steps of a pose fit")
     parser.add_argument("--pose-lr", type=float, default=1e-3, help="their first learning rate")
-    parser.add_argument("--device", choices=["cpu", "cuda"], help="default: the run's device")
     args = parser.parse_args()
     if args.pose_steps < 0:
         parser.error("--pose-steps must not be negative")
-    dataset = None
-    if args.data is not None:
-        from gsnb.train import checkpoint as ckpt
-
-        config = ckpt.read_training_state(ckpt.newest_checkpoint(args.run)).config
-        dataset = load_dataset(args.data, downscale=config.downscale, test_every=config.test_every)
-    trainer = Trainer.resume_from(args.run, dataset, device=args.device)
+    trainer = Trainer.resume_from(args.run)
     if not trainer.dataset.test:
         parser.error("the run's dataset has no held-out views (trained with test_every 0)")
     views: dict[str, dict[str, float]] = {}
@@ -217,7 +238,7 @@ def main() -> None:
     s = result["summary"]
     print(
         f"{len(views)} held-out views: raw {s['raw']:.2f} dB; the best colour transform adds "
-        f"{s['colour_adds']:+.2f}, the best pose {s['pose_adds']:+.2f}, both {s['both_add']:+.2f}"
+        f"{s['colour_adds']:+.2f}, the best pose {s['pose_adds']:+.2f}, both {s['both_adds']:+.2f}"
     )
     print(f"wrote {path}")
 

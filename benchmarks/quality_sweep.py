@@ -27,7 +27,9 @@ know share one machine and one JSON; ``--baseline anchor`` compares every recipe
 
 ``--screen R --keep K`` spends the runs where they can still change a decision: once every
 recipe has finished its first ``R`` runs, only the ``K`` recipes of highest mean test PSNR go
-on to ``--runs`` (the baseline and the anchor always do; :func:`screen`)::
+on to ``--runs`` (the baseline and the anchor always do; :func:`screen`). A kept recipe's mean
+over all its runs is biased upwards (its first runs chose it): ``summary_after_screen``
+compares the recipes over the later runs only::
 
     python benchmarks/quality_sweep.py .device/fox --recipes default,noreset,mcmc,sh_int500 \\
         --runs 8 --screen 3 --keep 1 --out out/screened
@@ -53,6 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
+
+from gsnb.train.config import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import environment, git_commit, write_json
@@ -115,13 +119,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     # The learning rates (3DGS's, which gsplat keeps) halved and doubled one at a time
     **{
         f"{name}_x{factor:g}": {"config": {name: value * factor}}
-        for name, value in (
-            ("lr_means", 1.6e-4),
-            ("lr_scales", 5e-3),
-            ("lr_opacities", 5e-2),
-            ("lr_quats", 1e-3),
-            ("lr_sh0", 2.5e-3),
-        )
+        for name in ("lr_means", "lr_scales", "lr_opacities", "lr_quats", "lr_sh0")
+        for value in (getattr(TrainConfig(), name),)
         for factor in (0.5, 2.0)
     },
     # Exposure compensation of the training views, the test views held out whole and
@@ -299,8 +298,8 @@ def screen(
     """The recipes that go on after screening, and the mean test PSNR of those that do not.
 
     The ``keep`` recipes of highest mean PSNR among those not in ``always`` go on, with every
-    one in ``always`` (the baseline, the anchor); a recipe whose runs all failed has no mean
-    and is dropped first.
+    one in ``always`` (the baseline, the anchor); a recipe whose runs all failed (or gave no
+    finite PSNR) has no mean and is dropped first.
 
     Example:
         >>> rows = [{"name": "base", "psnr": 31.0}, {"name": "a", "psnr": 31.5},
@@ -311,7 +310,8 @@ def screen(
     means: dict[str, float | None] = {}
     for name in names:
         psnr = [r["psnr"] for r in runs if r.get("name") == name and "psnr" in r]
-        means[name] = statistics.fmean(psnr) if psnr else None
+        mean = statistics.fmean(psnr) if psnr else math.nan
+        means[name] = mean if math.isfinite(mean) else None
     ranked = sorted(
         (n for n in names if n not in always),
         key=lambda n: -math.inf if means[n] is None else means[n],
@@ -349,7 +349,10 @@ def main() -> None:
         help="after this many runs of every recipe keep only the --keep best (0: no screening)",
     )  # fmt: skip
     parser.add_argument(
-        "--keep", type=int, default=1, help="recipes besides the baseline kept by --screen"
+        "--keep",
+        type=int,
+        default=1,
+        help="recipes kept by --screen besides the baseline and the anchor (default 1)",
     )
     parser.add_argument("--out", type=Path, default=Path("out/quality_sweep"))
     args = parser.parse_args()
@@ -371,7 +374,7 @@ def main() -> None:
         parser.error("--runs and --parallel must be at least 1")
     if args.screen < 0 or args.keep < 0:
         parser.error("--screen and --keep must not be negative")
-    if args.screen >= args.runs:
+    if args.screen >= args.runs or args.keep >= len(set(names) - {baseline, ANCHOR}):
         args.screen = 0  # every recipe runs --runs times anyway
     screened_from = args.first_seed + args.screen if args.screen else None
     screening: dict[str, Any] = {}
@@ -399,6 +402,11 @@ def main() -> None:
                 "note": "runs shared one device: quality is comparable, wall_s is not a speed",
                 "summary": summarize(runs, names, baseline),
                 **({"screening": screening} if screening else {}),
+                **(
+                    {"summary_after_screen": summarize(after_screen(), screening["kept"], baseline)}
+                    if screening
+                    else {}
+                ),
                 "runs": runs,
             },
         )
@@ -406,14 +414,20 @@ def main() -> None:
     setup = args.anchor_work / "setup.json"
 
     def startable(name: str, seed: int) -> bool:
-        # runs past the screening wait until it is decided
-        if screened_from is not None and seed >= screened_from and not screening:
+        # runs past the screening wait until it is decided, but for those it always keeps
+        held = screened_from is not None and seed >= screened_from and not screening
+        if held and name not in (baseline, ANCHOR):
             return False
         # the anchor sets itself up (gsplat's JIT build) in its first run: the others wait
         # for that to finish rather than build the same folder at once
         if name != ANCHOR or setup.is_file():
             return True
         return not any(n == ANCHOR for n, _ in pending.values())
+
+    def after_screen() -> list[dict[str, Any]]:
+        # the kept recipes' means over all their runs favour them (the screen chose them by
+        # their first runs); these later runs compare them without that bias
+        return [r for r in runs if screened_from is not None and r["seed"] >= screened_from]
 
     def decide_screening() -> None:
         unfinished = [s for _, s in [*queue, *pending.values()] if s < (screened_from or 0)]

@@ -756,8 +756,8 @@ class Trainer(TrainingControl):
         return DensifyError(
             f"{cause}. The model, Adam and the strategy are as after step {step + 1}'s update "
             "and before its densification, which the next step retries first, so the run "
-            "continues as if nothing had happened. To densify less, set a lower cap_max (or "
-            f"raise grow_grad2d) before continuing; {saved}",
+            "continues as if nothing had happened. To densify less, set cap_max, or a lower "
+            f"one (or raise grow_grad2d), before continuing; {saved}",
             cause,
         )
 

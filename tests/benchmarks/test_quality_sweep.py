@@ -131,6 +131,9 @@ def test_screening_keeps_the_best_recipes_and_the_baseline() -> None:
     kept, dropped = quality_sweep.screen(rows, names, keep=2, always={"base", "anchor"})
     assert kept == ["base", "a", "b", "anchor"] and dropped == {"c": None}
     assert quality_sweep.screen(rows, names, keep=0, always={"base"})[0] == ["base"]
+    nan = [*rows, {"name": "d", "psnr": float("nan")}]  # no finite mean: dropped first
+    kept, dropped = quality_sweep.screen(nan, [*names, "d"], keep=2, always={"base", "anchor"})
+    assert kept == ["base", "a", "b", "anchor"] and dropped == {"c": None, "d": None}
 
 
 def test_a_screened_sweep_runs_only_the_kept_recipes_past_the_screen(tmp_path: Path) -> None:
@@ -159,3 +162,5 @@ def test_a_screened_sweep_runs_only_the_kept_recipes_past_the_screen(tmp_path: P
         [("plain", 0), ("sh0", 0), ("sh1", 0), ("plain", 1), (kept, 1)]
     )
     assert result["summary"][dropped]["runs"] == 1
+    after = result["summary_after_screen"]  # the kept recipes over their later runs only
+    assert set(after) == {"plain", kept} and after["plain"]["runs"] == after[kept]["runs"] == 1

@@ -112,7 +112,13 @@ def reference_shares(splats, viewmats, Ks, target, mode, bg, variances) -> torch
     return error_shares(ref, draw, pixel_error(rgb, photo))
 
 
-@pytest.mark.parametrize("layout", ["two_rows", "one_row_unsegmented", "two_rows_segments_256"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "two_rows", "one_row_unsegmented", "two_rows_segments_256", "two_rows_patch_16",
+        "one_row_segments_256_recorded",
+    ],
+)  # fmt: skip
 @pytest.mark.parametrize("absgrad", [False, True])
 def test_fused_step_shares_in_other_layouts_and_with_absgrad(cuda_ext, layout, absgrad):
     """The backward's other layouts (two pixel rows a thread, no segments) and AbsGS's sums,

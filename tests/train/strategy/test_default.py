@@ -113,7 +113,7 @@ def test_error_densify_grows_by_the_largest_share_of_a_views_error() -> None:
 
 def test_a_cap_grows_the_gaussians_of_highest_gradient_only() -> None:
     # four above the threshold (gradients 4x, 3x, 2x, 1.5x it), one below; the cap leaves
-    # room for two: the two of highest gradient grow, the small by a clone, the large by a split
+    # room for two: the two of highest gradient, both large, grow by a split each
     scales = [0.005, 0.05, 0.005, 0.05, 0.005]
     grads = [(2e-4 / (W / 2) * k, 0.0) for k in (2.0, 4.0, 1.5, 3.0, 0.5)]
     s = DefaultStrategy(cap_max=7)

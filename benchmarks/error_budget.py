@@ -148,11 +148,11 @@ def view_budget(
     extent = trainer.dataset.extent
     learned = index is not None and corrections.poses.learned
     start = corrections.poses.params[index].detach() if learned else None
-    exposure = (
-        corrections.exposure.matrices[index].detach()
-        if index is not None and trainer.config.exposure
-        else None
-    )
+    exposure = None
+    if trainer.config.exposure:  # its own, or (held out whole) the mean of the learned ones
+        own = index is not None
+        exposure = corrections.exposure.matrices[index].detach() if own else None
+        exposure = corrections.exposure.mean() if exposure is None else exposure
     cut = left_columns(view.width) if corrections.metric_columns("test") else 0
     target = target[:, cut:]
 

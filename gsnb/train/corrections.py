@@ -33,6 +33,7 @@ from gsnb.train.exposure import (
     PROTOCOL_FULL,
     PROTOCOL_HALVES,
     ExposureCorrection,
+    apply_exposure,
     exposure_rate,
     left_columns,
 )
@@ -172,11 +173,17 @@ class ViewCorrections:
         return self.exposure.index_of(name)
 
     def for_metrics(self, out: RenderResult, index: int | None) -> RenderResult:
-        """A render of training view ``index`` through its exposure, when exposure is on."""
-        if index is None or not self.config.exposure:
+        """A render through the exposure of training view ``index``, when exposure is on; a
+        view with no exposure of its own (``index`` None: held out whole) goes through the
+        mean of the learned ones, the photos' average response
+        (:meth:`~gsnb.train.exposure.ExposureCorrection.mean`)."""
+        if not self.config.exposure:
             return out
         with torch.no_grad():
-            rgb = self.exposure.apply(out.rgb, torch.tensor([index], device=out.rgb.device))
+            if index is None:
+                rgb = apply_exposure(out.rgb, self.exposure.mean())
+            else:
+                rgb = self.exposure.apply(out.rgb, torch.tensor([index], device=out.rgb.device))
         return dataclasses.replace(out, rgb=rgb)
 
     def metric_columns(self, split: str) -> bool:

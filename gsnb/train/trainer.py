@@ -1036,14 +1036,15 @@ class Trainer(TrainingControl):
         """Render the current Gaussians from ``view``'s camera (over the dataset background).
 
         With ``corrected``, as evaluation sees it: a view that trains is rendered with its
-        learned pose correction and, while ``exposure`` is on, its exposure transform.
+        learned pose correction and, while ``exposure`` is on, its exposure transform (any
+        other view through the mean of the learned transforms, the photos' average response).
 
         Example:
             >>> trainer.render_view(trainer.dataset.views[0]).rgb[0].shape
             torch.Size([16, 16, 3])
         """
         index = self.corrections.index_of(view.name) if corrected else None
-        if index is None or not self.config.exposure:
+        if not corrected or not self.config.exposure:
             # render_camera holds the lock only while it copies the Gaussians (on a stream
             # of the caller's own): holding it here too would stall training for the render
             return self.render_camera(

@@ -82,8 +82,9 @@ def budget(run: Path, out: Path, pose_steps: int) -> dict:
         {},
         {"rasterize_mode": "antialiased", "filter3d": True},
         {"exposure": True, "pose_refine": True},  # 3DGS's test halves, corrections learned
+        {"exposure": True, "train_test_exp": False},  # held out whole: the mean exposure
     ],
-    ids=["plain", "antialiased_filter3d", "exposure_pose_refine"],
+    ids=["plain", "antialiased_filter3d", "exposure_pose_refine", "exposure_held_out"],
 )
 def test_a_run_gets_each_held_out_views_budget(tmp_path: Path, options: dict) -> None:
     scene = make_synthetic_scene(tmp_path / "scene", num_views=6, size=24, num_points=80)

@@ -147,3 +147,28 @@ def test_state_refuses_other_images() -> None:
     with pytest.raises(ValueError, match="other images"):
         ExposureCorrection(["a.png"]).load_state_dict(exposure.state_dict())
     assert math.isclose(exposure.optimizer.param_groups[0]["eps"], 1e-8)
+
+
+def test_a_view_held_out_whole_renders_through_the_mean_exposure(tmp_path: Path) -> None:
+    # every photo is darker than the scene (gains 0.75-0.95, photo 0 aside): the held-out
+    # photos too, so the learned transforms' mean predicts them better than the identity
+    data, truth, *_ = gained_scene(tmp_path, test_ids=[2, 5], size=16)
+    config = TrainConfig(
+        steps=120, backend="reference", sh_degree=0, exposure=True, train_test_exp=False
+    )
+    trainer = Trainer(data, config, model=starting_copy(truth, data.background))
+    trainer.run()
+    mean = trainer.corrections.exposure.mean()
+    assert mean.shape == (3, 4) and float(mean[:, :3].diagonal().mean()) < 0.99
+    result = trainer.evaluate("test")
+    assert result.protocol == "full images" and result.num_views == 2
+    targets = [v.load_image() for v in data.test]
+
+    def through(matrix):
+        def render(view):
+            return apply_exposure(trainer.render_view(view).rgb[0], matrix)
+
+        return evaluate_views(render, data.test, targets, trainer.step_count).psnr
+
+    assert result.psnr == pytest.approx(through(mean), abs=1e-4)
+    assert result.psnr > through(torch.eye(3, 4)) + 1.0

@@ -42,8 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import environment, git_commit, write_json
 
 from gsnb.data.dataset import View
-from gsnb.train import Trainer
-from gsnb.train.evaluation import image_metrics
+from gsnb.train import Trainer, losses
 from gsnb.train.exposure import apply_exposure, left_columns
 from gsnb.train.pose_refine import MovedGaussians, move_splats
 from gsnb.train.rendering import render_model
@@ -60,7 +59,8 @@ def psnr(render: Tensor, target: Tensor) -> float:
         >>> round(psnr(torch.full((4, 4, 3), 1.5), torch.full((4, 4, 3), 0.9)), 2)
         20.0
     """
-    return image_metrics(render.detach(), target, with_lpips=False)[0]
+    # evaluation's PSNR (image_metrics) without its SSIM: the pose fit asks at every step
+    return float(losses.psnr(render.detach().clamp(0.0, 1.0), target))
 
 
 def fit_colour(render: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:

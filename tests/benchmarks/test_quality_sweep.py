@@ -17,20 +17,26 @@ sys.path.insert(0, str(BENCHMARKS))
 import quality_sweep  # noqa: E402
 
 
-def test_two_recipes_two_runs_each_are_summarised_against_the_baseline(tmp_path: Path) -> None:
+def sweep(tmp_path: Path, recipes: dict, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Two runs of each of ``recipes`` (3 steps, a tiny synthetic scene, the CPU) with
+    ``options``; the finished process and the sweep's JSON."""
     scene = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=100)
-    recipes = tmp_path / "recipes.json"
-    turned = {"config": {"init_rotation": "random"}, "dataset": {"normalize_world": True}}
-    recipes.write_text(json.dumps({"plain": {}, "turned": turned}))
+    path = tmp_path / "recipes.json"
+    path.write_text(json.dumps(recipes))
     env = os.environ | {"GSNB_RUN_DEVICE": "cpu", "GSNB_RUN_BACKEND": "reference"}
-    argv = [str(scene), "--recipes", str(recipes), "--runs", "2", "--parallel", "2",
-            "--steps", "3", "--downscale", "1", "--out", str(tmp_path / "out")]  # fmt: skip
+    argv = [str(scene), "--recipes", str(path), "--runs", "2", "--steps", "3",
+            "--downscale", "1", "--out", str(tmp_path / "out"), *options]  # fmt: skip
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "quality_sweep.py"), *argv],
         capture_output=True, text=True, timeout=600, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads((tmp_path / "out" / "quality_sweep.json").read_text())
+    return done, json.loads((tmp_path / "out" / "quality_sweep.json").read_text())
+
+
+def test_two_recipes_two_runs_each_are_summarised_against_the_baseline(tmp_path: Path) -> None:
+    turned = {"config": {"init_rotation": "random"}, "dataset": {"normalize_world": True}}
+    done, result = sweep(tmp_path, {"plain": {}, "turned": turned}, "--parallel", "2")
     assert sorted((r["name"], r["seed"]) for r in result["runs"]) == [
         ("plain", 0), ("plain", 1), ("turned", 0), ("turned", 1)
     ]  # fmt: skip
@@ -137,20 +143,10 @@ def test_screening_keeps_the_best_recipes_and_the_baseline() -> None:
 
 
 def test_a_screened_sweep_runs_only_the_kept_recipes_past_the_screen(tmp_path: Path) -> None:
-    scene = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=100)
-    recipes = tmp_path / "recipes.json"
     lower = {f"sh{d}": {"config": {"sh_degree": d}} for d in (0, 1)}
-    recipes.write_text(json.dumps({"plain": {}} | lower))
-    env = os.environ | {"GSNB_RUN_DEVICE": "cpu", "GSNB_RUN_BACKEND": "reference"}
-    argv = [str(scene), "--recipes", str(recipes), "--runs", "2", "--screen", "1",
-            "--keep", "1", "--parallel", "3", "--steps", "3", "--downscale", "1",
-            "--out", str(tmp_path / "out")]  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "quality_sweep.py"), *argv],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads((tmp_path / "out" / "quality_sweep.json").read_text())
+    _, result = sweep(
+        tmp_path, {"plain": {}} | lower, "--screen", "1", "--keep", "1", "--parallel", "3"
+    )
     screening = result["screening"]
     assert screening["after_runs"] == 1 and len(screening["kept"]) == 2
     assert "plain" in screening["kept"] and len(screening["dropped"]) == 1

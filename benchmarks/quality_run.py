@@ -13,6 +13,8 @@ Arguments: NAME SEED STEPS DATA DOWNSCALE STRATEGY STRATEGY_KWARGS_JSON CONFIG_K
 [DATASET_JSON]; ``DATASET_JSON`` ``{"normalize_world": true}`` trains in the canonical world frame
 of ``gsnb.data.normalize`` (gsplat's ``normalize_world_space``).
 ``GSNB_RUN_DEVICE`` / ``GSNB_RUN_BACKEND`` (default ``cuda``) run it elsewhere.
+``GSNB_RUN_RENDERS=DIR`` also writes each test view as ``DIR/NAME_SEED/VIEW.png``: the photo,
+the render and their absolute error (x4) side by side, to see where a recipe loses.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
+import numpy as np
 import torch
+from PIL import Image
 
 from gsnb.data.dataset import load_dataset
 from gsnb.data.normalize import normalize_world
@@ -33,6 +38,18 @@ STRATEGIES = {"default": DefaultStrategy, "mcmc": MCMCStrategy}
 """The STRATEGY argument's names."""
 DATASET_OPTIONS = frozenset({"normalize_world"})
 """The keys DATASET_JSON may hold."""
+
+
+def save_renders(trainer: Trainer, folder: Path) -> None:
+    """Each test view as one PNG: photo | render | absolute error x4 (clamped)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for view in trainer.dataset.test:
+        photo = view.load_image()
+        render = trainer.render_view(view, corrected=True).rgb[0].clamp(0, 1).float().cpu()
+        error = ((render - photo).abs() * 4).clamp(0, 1)
+        row = torch.cat([photo, render, error], dim=1)
+        pixels = (row * 255).round().to(torch.uint8).numpy()
+        Image.fromarray(np.ascontiguousarray(pixels)).save(folder / f"{Path(view.name).stem}.png")
 
 
 def main() -> None:
@@ -77,6 +94,8 @@ def main() -> None:
         "views": {view: round(psnr, 3) for view, psnr, _ in result.per_view},
     }
     print("RESULT " + json.dumps(row), flush=True)
+    if os.environ.get("GSNB_RUN_RENDERS"):
+        save_renders(trainer, Path(os.environ["GSNB_RUN_RENDERS"]) / f"{name}_{seed}")
 
 
 if __name__ == "__main__":

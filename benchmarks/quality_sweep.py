@@ -75,6 +75,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "no_revised_opacity": {"strategy_kwargs": {"revised_opacity": False}},
     "antialiased_filter3d": {"config": {"rasterize_mode": "antialiased", "filter3d": True}},
     "antialiased": {"config": {"rasterize_mode": "antialiased"}},
+    "filter3d": {"config": {"filter3d": True}},
     "mcmc": {"strategy": "mcmc"},
     # gsplat's normalize_world_space: the capture in a canonical frame (gsnb.data.normalize)
     "normalize_world": {"dataset": {"normalize_world": True}},
@@ -122,6 +123,10 @@ RECIPES: dict[str, dict[str, Any]] = {
         for name in ("lr_means", "lr_scales", "lr_opacities", "lr_quats", "lr_sh0")
         for value in (getattr(TrainConfig(), name),)
         for factor in (0.5, 2.0)
+    },
+    # The two doublings that each read higher at 7,000 steps, together
+    "lr_means_scales_x2": {
+        "config": {"lr_means": TrainConfig().lr_means * 2, "lr_scales": TrainConfig().lr_scales * 2}
     },
     # Exposure compensation of the training views, the test views held out whole and
     # rendered without one (the anchor's protocol, not 3DGS's right halves)
@@ -213,6 +218,35 @@ def anchor_row(stdout: str) -> dict[str, Any] | None:
                 "anchor": result["anchor"],
             }
     return None
+
+
+def anchor_views(renders: Path, steps: int, names: list[str]) -> dict[str, float]:
+    """Each test view's PSNR in an anchor run, from the ``[photo | render]`` PNGs that
+    ``simple_trainer.py`` writes (``renders/val_step{steps - 1}_{i:04d}.png``, 8-bit), named
+    by ``names`` (the test views in order); empty when the count does not match.
+
+    Example:
+        >>> import numpy as np, tempfile
+        >>> from PIL import Image
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> pair = np.zeros((2, 4, 3), np.uint8); pair[:, 2:] = 10  # photo 0, render 10
+        >>> Image.fromarray(pair).save(folder / "val_step9_0000.png")
+        >>> anchor_views(folder, 10, ["a.jpg"])
+        {'a.jpg': 28.131}
+    """
+    import numpy as np
+    from PIL import Image
+
+    files = sorted(renders.glob(f"val_step{steps - 1}_*.png"))
+    if len(files) != len(names):
+        return {}
+    views = {}
+    for name, file in zip(names, files, strict=True):
+        pair = np.asarray(Image.open(file).convert("RGB"), dtype=np.float64) / 255.0
+        width = pair.shape[1] // 2
+        mse = float(np.mean((pair[:, :width] - pair[:, width : 2 * width]) ** 2))
+        views[name] = round(10 * math.log10(1 / max(mse, 1e-12)), 3)
+    return views
 
 
 def one_run(
@@ -319,6 +353,14 @@ def screen(
     )
     kept = set(ranked[:keep]) | (set(names) & always)
     return [n for n in names if n in kept], {n: means[n] for n in names if n not in kept}
+
+
+def held_out_names(data: Path) -> list[str]:
+    """The names of a capture's test views in order (gsnb's split, every 8th view, which is
+    ``simple_trainer.py``'s too)."""
+    from gsnb.data.dataset import load_dataset
+
+    return [view.name for view in load_dataset(data, downscale=1).test]
 
 
 def main() -> None:
@@ -445,6 +487,7 @@ def main() -> None:
         tqdm.write(f"screening after {args.screen} runs: going on with {', '.join(kept)}")
 
     env = os.environ | {"GS_ANCHOR_WORK": str(args.anchor_work)}
+    test_names = held_out_names(args.data) if args.anchor is not None else []
     pending: dict[Future, tuple[str, int]] = {}
     with ThreadPoolExecutor(args.parallel) as pool, tqdm(total=len(jobs), unit="run") as bar:
         queue = list(jobs)
@@ -471,6 +514,9 @@ def main() -> None:
             for future in done:
                 name, seed = pending.pop(future)
                 row = future.result() | {"name": name, "seed": seed}
+                if name == ANCHOR and "psnr" in row:
+                    folder = args.anchor_work / "results" / f"sweep{seed}" / "renders"
+                    row["views"] = anchor_views(folder, args.steps, test_names)
                 runs.append(row)
                 bar.update()
                 if "error" in row:

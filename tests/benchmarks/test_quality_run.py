@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gsnb.data.synthetic import make_synthetic_scene
@@ -18,6 +19,7 @@ def test_a_recipe_run_prints_its_result(tmp_path: Path, monkeypatch) -> None:
     scene = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=100)
     monkeypatch.setenv("GSNB_RUN_DEVICE", "cpu")
     monkeypatch.setenv("GSNB_RUN_BACKEND", "reference")
+    monkeypatch.setenv("GSNB_RUN_RENDERS", str(tmp_path / "renders"))
     argv = ["revised", "3", "2", str(scene), "1", "default", '{"revised_opacity": true}',
             '{"rasterize_mode": "antialiased"}']  # fmt: skip
     done = subprocess.run(
@@ -30,3 +32,17 @@ def test_a_recipe_run_prints_its_result(tmp_path: Path, monkeypatch) -> None:
     assert row["n"] > 0 and 0 < row["psnr"] < 100
     views = row["views"]  # each test view's PSNR, whose mean is the run's
     assert views and sum(views.values()) / len(views) == pytest.approx(row["psnr"], abs=2e-3)
+    # GSNB_RUN_RENDERS: each test view as photo | render | error x4, whose halves agree with
+    # its PSNR (8-bit rounding aside)
+    from PIL import Image
+
+    for view, psnr in views.items():
+        row_image = np.asarray(
+            Image.open(tmp_path / "renders" / "revised_3" / f"{Path(view).stem}.png")
+        )
+        assert row_image.shape == (16, 48, 3)
+        photo, render = row_image[:, :16] / 255.0, row_image[:, 16:32] / 255.0
+        mse = float(np.mean((photo - render) ** 2))
+        assert 10 * np.log10(1 / mse) == pytest.approx(psnr, abs=0.3)
+        error = np.abs(photo - render) * 4
+        assert np.allclose(row_image[:, 32:] / 255.0, np.clip(error, 0, 1), atol=5 / 255)

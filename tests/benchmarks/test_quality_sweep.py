@@ -116,6 +116,32 @@ def test_an_anchor_run_is_read_from_the_json_line_its_wrapper_prints(tmp_path: P
     ]  # fmt: skip
 
 
+def test_an_anchor_run_in_a_sweep_reports_each_test_views_psnr(tmp_path: Path) -> None:
+    # A stand-in for run.sh with simple_trainer's outputs: a [photo | render] PNG per test
+    # view (render = photo + 8/255 everywhere: 30.069 dB), and its JSON line
+    fake = tmp_path / "run.sh"
+    fake.write_text(
+        "set -e\n"
+        "R=$GS_ANCHOR_WORK/results/$4/renders; mkdir -p $R; touch $GS_ANCHOR_WORK/setup.json\n"
+        f'{sys.executable} -c "import numpy as np; from PIL import Image; '
+        "p = np.zeros((8, 16, 3), np.uint8); p[:, 8:] = 8; "
+        "Image.fromarray(p).save('$R/val_step$(( $3 - 1 ))_0000.png')\"\n"
+        'echo \'{"anchor": "gsplat", "psnr": 30.07, "ssim": 0.9, "num_gaussians": 9}\'\n'
+    )
+    _, result = sweep(
+        tmp_path, {"default": {}}, "--anchor", str(fake), "--anchor-work", str(tmp_path / "w")
+    )
+    names = quality_sweep.held_out_names(tmp_path / "scene")
+    assert len(names) == 1  # the synthetic scene of 4 views holds out its first
+    anchor = [r for r in result["runs"] if r["name"] == "anchor"]
+    assert len(anchor) == 2 and all(r["views"] == {names[0]: 30.069} for r in anchor)
+    assert result["summary"]["anchor"]["views"] == {names[0]: 30.069}
+    # a count of renders other than the test views' names nothing
+    assert (
+        quality_sweep.anchor_views(tmp_path / "w" / "results" / "sweep0" / "renders", 3, []) == {}
+    )
+
+
 def test_a_missing_anchor_script_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "quality_sweep.py"), str(tmp_path), "--anchor",

@@ -139,6 +139,12 @@ RECIPES: dict[str, dict[str, Any]] = {
         "strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4},
         "config": {"rasterize_mode": "antialiased", "filter3d": True},
     },
+    # ... with the anchor's 30,000-step count of Gaussians as a cap (their growth at 30,000
+    # steps without one: 563k)
+    "noreset_grow1.5e-4_aa_f3d_cap400k": {
+        "strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4, "cap_max": 400_000},
+        "config": {"rasterize_mode": "antialiased", "filter3d": True},
+    },
     "noreset_grow1.5e-4_pose2000": {
         "strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4},
         "config": {"pose_refine": True, "pose_refine_start": 2000},

@@ -228,8 +228,10 @@ def anchor_row(stdout: str) -> dict[str, Any] | None:
 
 def anchor_views(renders: Path, steps: int, names: list[str]) -> dict[str, float]:
     """Each test view's PSNR in an anchor run, from the ``[photo | render]`` PNGs that
-    ``simple_trainer.py`` writes (``renders/val_step{steps - 1}_{i:04d}.png``, 8-bit), named
-    by ``names`` (the test views in order); empty when the count does not match.
+    ``simple_trainer.py`` writes (``renders/val_step{steps - 1}_{i:04d}.png``), named by
+    ``names`` (the test views in order); empty when the count does not match. The PNGs hold
+    8-bit values, so a view's figure here differs slightly from the float PSNR that
+    ``simple_trainer.py`` averages into the run's own.
 
     Example:
         >>> import numpy as np, tempfile

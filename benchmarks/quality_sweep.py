@@ -57,6 +57,7 @@ from typing import Any
 from tqdm import tqdm
 
 from gsnb.train.config import TrainConfig
+from gsnb.train.losses import psnr_from_mse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import environment, git_commit, write_json
@@ -126,7 +127,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     },
     # The two doublings that each read higher at 7,000 steps, together
     "lr_means_scales_x2": {
-        "config": {"lr_means": TrainConfig().lr_means * 2, "lr_scales": TrainConfig().lr_scales * 2}
+        "config": {name: getattr(TrainConfig, name) * 2 for name in ("lr_means", "lr_scales")}
     },
     # Exposure compensation of the training views, the test views held out whole and
     # rendered without one (the anchor's protocol, not 3DGS's right halves)
@@ -253,7 +254,7 @@ def anchor_views(renders: Path, steps: int, names: list[str]) -> dict[str, float
         pair = np.asarray(Image.open(file).convert("RGB"), dtype=np.float64) / 255.0
         width = pair.shape[1] // 2
         mse = float(np.mean((pair[:, :width] - pair[:, width : 2 * width]) ** 2))
-        views[name] = round(10 * math.log10(1 / max(mse, 1e-12)), 3)
+        views[name] = round(psnr_from_mse(mse), 3)
     return views
 
 

@@ -150,6 +150,18 @@ RECIPES: dict[str, dict[str, Any]] = {
         "strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4},
         "config": {"pose_refine": True, "pose_refine_start": 2000},
     },
+    # Refinement by screen size until step 4,000 (nerfstudio splatfacto's schedule, gsplat's
+    # thresholds), and a pause after each reset of the fox's 58 training views plus
+    # refine_every (splatfacto's rule), alone and together
+    "scale2d": {"strategy_kwargs": {"refine_scale2d_stop_iter": 4000}},
+    "pause158": {"strategy_kwargs": {"pause_refine_after_reset": 158}},
+    "scale2d_pause158": {
+        "strategy_kwargs": {"refine_scale2d_stop_iter": 4000, "pause_refine_after_reset": 158}
+    },
+    "scale2d_aa_f3d": {
+        "strategy_kwargs": {"refine_scale2d_stop_iter": 4000},
+        "config": {"rasterize_mode": "antialiased", "filter3d": True},
+    },
 }
 
 

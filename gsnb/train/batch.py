@@ -47,6 +47,10 @@ class ProcessGroup(Protocol):
         """Sum ``tensors`` over the processes, in place."""
         ...
 
+    def max_(self, *tensors: Tensor) -> None:
+        """Take the elementwise maximum of ``tensors`` over the processes, in place."""
+        ...
+
 
 def scaled_rates(
     rates: Mapping[str, float], batch_size: int, rule: str = "sqrt"

@@ -68,6 +68,9 @@ PAUSE_SECONDS = 0.1
 RUNNING_SUMS = ("grad2d", "count")
 """Strategy-state tensors that are per-process sums of what each process saw (per Gaussian)."""
 
+RUNNING_MAXES = ("radii",)
+"""Strategy-state tensors that are per-process maxima of what each process saw (per Gaussian)."""
+
 
 class DistributedTrainer(Trainer):
     """A :class:`Trainer` that is one of several data-parallel processes.
@@ -323,12 +326,19 @@ class DistributedTrainer(Trainer):
         others zeros, so that the next sum before a densification is still the total.
         """
         state, n = self.strategy_state, self.num_gaussians
-        keys = [k for k in RUNNING_SUMS if k in state]
+        # The keys the strategy declares, the same in every process (a checkpoint from before
+        # a key existed lacks it in all of them; a process that saw nothing may lack it alone).
+        declared = self.strategy.initialize_state(self.extent)
+        sums = [k for k in RUNNING_SUMS if k in declared]
+        maxes = [k for k in RUNNING_MAXES if k in declared]
+        for k in (*sums, *maxes):
+            if not isinstance(state.get(k), Tensor) or state[k].shape[0] != n:
+                state[k] = self.model.splats["means"].new_zeros(n)
+        if maxes:  # a maximum may be taken twice: every process keeps the whole run's
+            self._group.max_(*[state[k] for k in maxes])
+        keys = sums
         if not keys:
             return
-        for k in keys:
-            if not isinstance(state[k], Tensor) or state[k].shape[0] != n:
-                state[k] = self.model.splats["means"].new_zeros(n)
         self._group.sum_(*[state[k] for k in keys])
         if self.rank != 0:
             for k in keys:

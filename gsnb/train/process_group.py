@@ -99,8 +99,16 @@ class TorchProcessGroup:
 
     def sum_(self, *tensors: Tensor) -> None:
         """Sum ``tensors`` over the processes, in place, in one all_reduce."""
+        self._reduce_(tensors, dist.ReduceOp.SUM)
+
+    def max_(self, *tensors: Tensor) -> None:
+        """Take the elementwise maximum of ``tensors`` over the processes, in place, in one
+        all_reduce."""
+        self._reduce_(tensors, dist.ReduceOp.MAX)
+
+    def _reduce_(self, tensors: tuple[Tensor, ...], op: dist.ReduceOp.RedOpType) -> None:
         flat = torch.cat([t.reshape(-1) for t in tensors])
-        collective(lambda: dist.all_reduce(flat))
+        collective(lambda: dist.all_reduce(flat, op=op))
         start = 0
         for t in tensors:
             t.copy_(flat[start : start + t.numel()].view_as(t))

@@ -37,7 +37,15 @@ def doomed_rule(opacities: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return (torch.sigmoid(opacities) < 0.3) | (torch.exp(scales).amax(-1) > 0.08)
 
 
-def run(fused: bool, n: int, rates: tuple[float, float], revised: bool, adam: bool, monkeypatch):
+def run(
+    fused: bool,
+    n: int,
+    rates: tuple[float, float],
+    revised: bool,
+    adam: bool,
+    monkeypatch,
+    prune: bool = False,
+):
     params = cloud(n, seed=3)
     opt = None
     if adam:
@@ -54,6 +62,7 @@ def run(fused: bool, n: int, rates: tuple[float, float], revised: bool, adam: bo
     draw = torch.rand(n, generator=torch.Generator(device="cuda").manual_seed(5), device="cuda")
     clone = draw < rates[0]
     split = (draw >= rates[0]) & (draw < rates[0] + rates[1])
+    pruned = (torch.arange(n, device="cuda") % 3 == 0) if prune else None
     gen = torch.Generator(device="cuda").manual_seed(11)
     launches = []
     with monkeypatch.context() as patch:
@@ -62,8 +71,9 @@ def run(fused: bool, n: int, rates: tuple[float, float], revised: bool, adam: bo
         real = kernels.refine_rows
         patch.setattr(kernels, "refine_rows", lambda **kw: launches.append(1) or real(**kw))
         counts = clone_split_prune(
-            params, opt, state, clone, split, doomed_rule, gen, revised_opacity=revised
-        )
+            params, opt, state, clone, split, doomed_rule, gen, revised_opacity=revised,
+            prune=pruned,
+        )  # fmt: skip
     assert len(launches) == (1 if fused else 0)
     return params, opt, state, counts, gen
 
@@ -79,11 +89,12 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("revised", [True, False])
 @pytest.mark.parametrize("rates", [(0.2, 0.3), (0.0, 0.5), (0.4, 0.0), (0.0, 0.0)])
 @pytest.mark.parametrize("adam", [True, False])
+@pytest.mark.parametrize("prune", [False, True])
 def test_the_kernel_gives_what_the_pytorch_path_gives(
-    cuda_ext, monkeypatch, n, revised, rates, adam
+    cuda_ext, monkeypatch, n, revised, rates, adam, prune
 ):
-    a, opt_a, state_a, counts_a, gen_a = run(False, n, rates, revised, adam, monkeypatch)
-    b, opt_b, state_b, counts_b, gen_b = run(True, n, rates, revised, adam, monkeypatch)
+    a, opt_a, state_a, counts_a, gen_a = run(False, n, rates, revised, adam, monkeypatch, prune)
+    b, opt_b, state_b, counts_b, gen_b = run(True, n, rates, revised, adam, monkeypatch, prune)
     assert counts_a == counts_b
     assert counts_b[2] > 0  # the rule pruned some
     for name in a:

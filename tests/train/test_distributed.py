@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from gsnb.train import TrainConfig, Trainer
+from gsnb.train.checkpoint import read_training_state
 from gsnb.train.strategy import DefaultStrategy
 from tests.train import workers
 
@@ -37,9 +38,15 @@ CONFIG = dict(
 )  # fmt: skip
 
 
-def schedule() -> DefaultStrategy:
-    """Densify at steps 4, 8, 12 (a checkpoint at 10 holds unreduced sums); reset at 6, 12."""
-    return DefaultStrategy(refine_start_iter=3, refine_every=4, reset_every=6, grow_grad2d=2e-5)
+def schedule(screen: bool = False) -> DefaultStrategy:
+    """Densify at steps 4, 8, 12 (a checkpoint at 10 holds unreduced sums); reset at 6, 12.
+    With ``screen``, also split and prune by screen size (the largest radius over the views
+    of every process: each process sees only its own)."""
+    by_screen = dict(refine_scale2d_stop_iter=STEPS, grow_scale2d=0.1, prune_scale2d=0.5)
+    return DefaultStrategy(
+        refine_start_iter=3, refine_every=4, reset_every=6, grow_grad2d=2e-5,
+        **(by_screen if screen else {}),
+    )  # fmt: skip
 
 
 def _free_port() -> int:
@@ -48,7 +55,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, data, out: str) -> None:
+def _worker(rank: int, world: int, port: int, data, out: str, screen: bool) -> None:
     # The store is the test's, as an elastic launcher's agent holds it for its workers: a
     # process 0 that served it would take it down while process 1 may still be leaving.
     os.environ.update(
@@ -60,7 +67,7 @@ def _worker(rank: int, world: int, port: int, data, out: str) -> None:
 
     process_group.init_process_group("cpu", timeout_s=60)
     torch.set_num_threads(1)
-    trainer = distributed.DistributedTrainer(data, TrainConfig(**CONFIG), strategy=schedule())
+    trainer = distributed.DistributedTrainer(data, TrainConfig(**CONFIG), strategy=schedule(screen))
     trainer.run(steps=SAVE_AT)
     trainer.save_checkpoint(Path(out) / "mid.pt")
     trainer.run()
@@ -83,18 +90,33 @@ def _join(context, seconds: float) -> None:
 
 
 @starts_workers
-def test_two_processes_equal_one_and_their_checkpoint_resumes_in_one(make_scene, tmp_path) -> None:
+@pytest.mark.parametrize("screen", [False, True])
+def test_two_processes_equal_one_and_their_checkpoint_resumes_in_one(
+    make_scene, tmp_path, screen
+) -> None:
     data = make_scene(views=5)
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     context = mp.start_processes(
-        _worker, args=(2, store.port, data, str(tmp_path)), nprocs=2, join=False,
+        _worker, args=(2, store.port, data, str(tmp_path), screen), nprocs=2, join=False,
         start_method="spawn",
     )  # fmt: skip
-    single = Trainer(data, TrainConfig(**CONFIG), strategy=schedule())
-    history = [single.step() for _ in range(STEPS)]
+    single = Trainer(data, TrainConfig(**CONFIG), strategy=schedule(screen))
+    history = [single.step() for _ in range(SAVE_AT)]
+    radii = single.strategy_state["radii"]
+    radii = None if radii is None else radii.clone()  # the largest since the refine at 8
+    history += [single.step() for _ in range(STEPS - SAVE_AT)]
     _join(context, 180)
     events = [e for m in history for e in m.events]
     assert {"split", "reset"} <= set(events) or {"cloned", "reset"} <= set(events)
+    saved = read_training_state(tmp_path / "mid.pt").payload["strategy"]["state"]
+    if screen:
+        # the checkpoint holds the largest radius over both processes' views, and some
+        # Gaussian was wide enough to split by it; and the rule changed the run
+        torch.testing.assert_close(saved["radii"], radii, rtol=0, atol=0)
+        assert float(radii.max()) > schedule(True).grow_scale2d
+        plain = Trainer(data, TrainConfig(**CONFIG), strategy=schedule())
+        plain_events = [plain.step().events for _ in range(STEPS)]
+        assert plain_events != [m.events for m in history]
     both = torch.load(tmp_path / "end.pt", weights_only=True)
     for name, p in single.model.splats.items():
         # Equal up to the order of float sums (two halves all-reduced vs one batch).

@@ -31,6 +31,14 @@ class DefaultStrategy(Strategy):
     opacity reset also those larger than ``prune_scale3d`` x extent. Every
     ``reset_every`` steps all opacities are clamped to ``2 * prune_opa``.
 
+    Two refinements of gsplat's and nerfstudio's, off by default as in gsplat: before
+    ``refine_scale2d_stop_iter``, a Gaussian whose screen radius in some view since the last
+    refine step exceeded ``grow_scale2d`` of the image's larger side is split whatever its
+    gradient, and after the first reset one that exceeded ``prune_scale2d`` is pruned (a
+    splat that fills much of a view is too coarse for it, or floats in front of its camera); and
+    ``pause_refine_after_reset`` steps after each reset pass without refinement, so that
+    opacities recover before the transparent Gaussians are pruned.
+
     Attributes:
         prune_opa: prune Gaussians with opacity below this (default 0.005, 3DGS).
         grow_grad2d: densify Gaussians whose mean normalised screen-space gradient
@@ -74,18 +82,31 @@ class DefaultStrategy(Strategy):
             threshold than there is room for, those of the highest mean gradient (with
             ``error_densify``: share of the error) grow, as Bulò et al. 2024 bound their
             growth (default 0: no cap).
+        grow_scale2d: before ``refine_scale2d_stop_iter``, split Gaussians whose screen
+            radius in some view since the last refine step exceeded this fraction of the
+            image's larger side, whatever their gradient (default 0.05, gsplat's).
+        prune_scale2d: before ``refine_scale2d_stop_iter`` and after the first opacity reset,
+            prune Gaussians whose screen radius in some view since the last refine step
+            exceeded this fraction of the image's larger side (default 0.15, gsplat's).
+        refine_scale2d_stop_iter: refine by screen size (``grow_scale2d``,
+            ``prune_scale2d``) before this step (default 0: never, as gsplat; nerfstudio's
+            splatfacto uses 4000).
+        pause_refine_after_reset: no clone, split or prune for this many steps after each
+            opacity reset, the reset step included (default 0, gsplat's; splatfacto uses the
+            number of training views plus ``refine_every``).
 
     Example:
         >>> from gsnb.train.strategy import DefaultStrategy
         >>> s = DefaultStrategy(grow_grad2d=3e-4)
         >>> s.initialize_state(scene_scale=2.0)
-        {'scene_scale': 2.0, 'grad2d': None, 'count': None}
+        {'scene_scale': 2.0, 'grad2d': None, 'count': None, 'radii': None}
     """
 
     name: ClassVar[str] = "default"
     ORDERED: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("refine_start_iter", "<=", "refine_stop_iter"),
         ("refine_every", "<", "reset_every"),
+        ("pause_refine_after_reset", "<", "reset_every"),
     )
     init_opacity: ClassVar[float] = 0.1
     init_scale: ClassVar[float] = 1.0
@@ -105,12 +126,17 @@ class DefaultStrategy(Strategy):
     error_densify: bool = knob(False)
     grow_error: float = knob(5e-6, low=0.0, high=1.0, log=True)
     cap_max: int = knob(0, low=0)
+    grow_scale2d: float = knob(0.05, low=0.0, high=10.0, log=True)
+    prune_scale2d: float = knob(0.15, low=0.0, high=10.0, log=True)
+    refine_scale2d_stop_iter: int = knob(0, low=0)
+    pause_refine_after_reset: int = knob(0, low=0)
 
     def initialize_state(self, scene_scale: float) -> dict[str, Any]:
         """``scene_scale`` and the running sums ``grad2d [N]``, ``count [N]`` (made lazily;
         with ``error_densify`` also ``error [N]``, each Gaussian's largest share of a view's
-        error since the last refine step)."""
-        return {"scene_scale": float(scene_scale), "grad2d": None, "count": None}
+        error since the last refine step; while refining by screen size ``radii [N]``, its
+        largest screen radius since then over the image's larger side)."""
+        return {"scene_scale": float(scene_scale), "grad2d": None, "count": None, "radii": None}
 
     def step_post_backward(
         self,
@@ -126,17 +152,20 @@ class DefaultStrategy(Strategy):
         counts = {"cloned": 0, "split": 0, "pruned": 0, "reset": 0}
         if step >= self.refine_stop_iter:
             return counts
-        self.accumulate(params, state, info)
-        if step > self.refine_start_iter and step % self.refine_every == 0:
-            _running_sums(params, state)
-            if info.get("process_group") is not None:  # every process decides on the same sums
-                info["process_group"].sum_(state["grad2d"], state["count"])
+        screen = step < self.refine_scale2d_stop_iter
+        self.accumulate(params, state, info, screen=screen)
+        if self.refines_at(step):
+            _running_sums(params, state, screen)
+            group = info.get("process_group")
+            if group is not None:  # every process decides on the same sums
+                group.sum_(state["grad2d"], state["count"])
+                if screen:
+                    group.max_(state["radii"])
             cloned, split, pruned = self.refine(params, optimizer, state, step, generator)
             counts |= {"cloned": cloned, "split": split, "pruned": pruned}
-            state["grad2d"].zero_()
-            state["count"].zero_()
-            if state.get("error") is not None:
-                state["error"].zero_()
+            for key in ("grad2d", "count", "error", "radii"):
+                if state.get(key) is not None:
+                    state[key].zero_()
         if self.resets_at(step):
             ops.reset_opacity(params, optimizer, self.prune_opa * 2.0)
             counts["reset"] = 1
@@ -162,10 +191,28 @@ class DefaultStrategy(Strategy):
             >>> [DefaultStrategy().densifies_at(s) for s in (100, 600, 3000, 20000)]
             [False, True, True, False]
         """
+        return self.refines_at(step) or self.resets_at(step)
+
+    def refines_at(self, step: int) -> bool:
+        """Whether ``step`` clones, splits and prunes: every ``refine_every`` steps after
+        ``refine_start_iter`` and before ``refine_stop_iter``, except within
+        ``pause_refine_after_reset`` steps of an opacity reset.
+
+        Example:
+            >>> from gsnb.train.strategy import DefaultStrategy
+            >>> paused = DefaultStrategy(pause_refine_after_reset=200)
+            >>> [paused.refines_at(s) for s in (2900, 3000, 3100, 3200)]
+            [True, False, False, True]
+            >>> DefaultStrategy().refines_at(3000), DefaultStrategy().refines_at(500)
+            (True, False)
+        """
         if step >= self.refine_stop_iter:
             return False
-        refine = step > self.refine_start_iter and step % self.refine_every == 0
-        return refine or self.resets_at(step)
+        if not (step > self.refine_start_iter and step % self.refine_every == 0):
+            return False
+        last_reset = step - step % self.reset_every
+        paused = step - last_reset < self.pause_refine_after_reset
+        return not (paused and self.resets_at(last_reset))
 
     def gates_at(self, step: int) -> bool:
         """Whether ``step`` only accumulates (gated by ``info["gate"]``: see
@@ -194,16 +241,21 @@ class DefaultStrategy(Strategy):
 
     @torch.no_grad()
     def accumulate(
-        self, params: MutableMapping[str, nn.Parameter], state: dict, info: dict
+        self,
+        params: MutableMapping[str, nn.Parameter],
+        state: dict,
+        info: dict,
+        screen: bool = False,
     ) -> None:
-        """Add this step's normalised screen-space gradient norms to ``grad2d`` (no host sync).
+        """Add this step's normalised screen-space gradient norms to ``grad2d`` (no host sync);
+        with ``screen``, also keep each Gaussian's largest screen radius in ``radii``.
 
         ``info["groups"]`` (views of several sizes in one step) adds each group's;
         ``info["gate"]`` (:meth:`Strategy.gates_at`) adds nothing on a step it closes.
         """
         if "groups" in info:
             for group in info["groups"]:
-                self.accumulate(params, state, group | {"gate": info.get("gate")})
+                self.accumulate(params, state, group | {"gate": info.get("gate")}, screen)
             return
         if self.error_densify:
             self._keep_error(params, state, info)
@@ -214,10 +266,12 @@ class DefaultStrategy(Strategy):
                     "absgrad=True needs a renderer that fills meta.absgrad; this one does not"
                 )
             return  # nothing was visible, so no Gaussian received a gradient
-        _running_sums(params, state)
+        _running_sums(params, state, screen)
         cams, radii = info["n_cameras"], info["radii"]
         sx, sy = info["width"] / 2.0 * cams, info["height"] / 2.0 * cams
         gate = info.get("gate")
+        if screen:
+            _keep_radii(state["radii"], radii, max(info["width"], info["height"]), gate)
         if (
             not self.pixel_weighted
             and _fused(grads, radii)
@@ -283,9 +337,20 @@ class DefaultStrategy(Strategy):
         else:
             score, threshold = state["grad2d"] / state["count"].clamp_min(1), self.grow_grad2d
         high = score > threshold
-        if self.cap_max:
-            high = within_cap(high, score, self.cap_max - params["means"].shape[0])
+        # By screen size: the largest radius since the last refine step, over the image side.
+        screen = state.get("radii") if step < self.refine_scale2d_stop_iter else None
+        wide = torch.zeros_like(high) if screen is None else screen > self.grow_scale2d
+        prune = None
+        if screen is not None and step > self.reset_every:  # these go, and grow no more
+            prune = screen > self.prune_scale2d
+            high, wide = high & ~prune, wide & ~prune
+        if self.cap_max:  # the splats too wide on screen first, then by score
+            ranked = torch.where(wide, torch.inf, score)
+            high = within_cap(high | wide, ranked, self.cap_max - params["means"].shape[0])
+            wide = wide & high
+        high = high | wide
         small = torch.exp(params["scales"]).amax(-1) <= self.grow_scale3d * state["scene_scale"]
+        small = small & ~wide
         too_big = self.prune_scale3d * state["scene_scale"]
 
         def doomed(opacities: Tensor, scales: Tensor) -> Tensor:
@@ -296,7 +361,7 @@ class DefaultStrategy(Strategy):
 
         return clone_split_prune(
             params, optimizer, state, high & small, high & ~small, doomed, generator,
-            revised_opacity=self.revised_opacity,
+            revised_opacity=self.revised_opacity, prune=prune,
         )  # fmt: skip
 
 
@@ -327,9 +392,35 @@ def _fused(grads: Tensor, radii: Tensor) -> bool:
     return radii.device == grads.device and kernels.applies("accumulate_grad2d", grads)
 
 
-def _running_sums(params: MutableMapping[str, nn.Parameter], state: dict) -> None:
-    """Create ``grad2d`` and ``count`` (zeros) when missing or not sized for the Gaussians."""
+def _running_sums(
+    params: MutableMapping[str, nn.Parameter], state: dict, screen: bool = False
+) -> None:
+    """Create ``grad2d`` and ``count`` (and with ``screen``, ``radii``) as zeros when missing
+    or not sized for the Gaussians."""
     means = params["means"]
-    if state["grad2d"] is None or state["grad2d"].shape[0] != means.shape[0]:
-        state["grad2d"] = means.new_zeros(means.shape[0])
-        state["count"] = means.new_zeros(means.shape[0])
+    n = means.shape[0]
+    if state["grad2d"] is None or state["grad2d"].shape[0] != n:
+        state["grad2d"] = means.new_zeros(n)
+        state["count"] = means.new_zeros(n)
+    if screen and (state.get("radii") is None or state["radii"].shape[0] != n):
+        state["radii"] = means.new_zeros(n)
+
+
+def _keep_radii(kept: Tensor, radii: Tensor, side: int, gate: Tensor | None) -> None:
+    """Raise ``kept [N]`` in place to each Gaussian's largest screen radius in ``radii
+    [C, N, 2]`` (pixels) over ``side``, the image's larger side; the views where it is not
+    visible, and a step ``gate`` closes, count as zero.
+
+    Example:
+        >>> import torch
+        >>> kept = torch.tensor([0.5, 0.0, 0.0])
+        >>> radii = torch.tensor([[[4, 8], [0, 30], [20, 10]]], dtype=torch.int32)
+        >>> _keep_radii(kept, radii, 80, None)  # the second is not visible
+        >>> kept.tolist()
+        [0.5, 0.0, 0.25]
+    """
+    visible = (radii > 0).all(-1)  # [C, N]
+    if gate is not None:
+        visible = visible & gate_open(gate).to(visible.device)
+    largest = torch.where(visible, radii.amax(-1).to(kept.dtype), 0.0).amax(0) / float(side)
+    torch.maximum(kept, largest, out=kept)

@@ -43,9 +43,11 @@ def clone_split_prune(
     generator: torch.Generator | None = None,
     shrink: float = 1.6,
     revised_opacity: bool = False,
+    prune: Tensor | None = None,
 ) -> tuple[int, int, int]:
     """Clone the Gaussians in ``clone [N]``, split those in ``split [N]``, then remove
-    those ``doomed`` picks; returns ``(cloned, split, pruned)``.
+    those ``doomed`` picks, and those in ``prune [N]`` with their clones and children;
+    returns ``(cloned, split, pruned)``.
 
     The same as ``ops.duplicate(..., clone)``, then ``ops.split`` of ``split`` (the clones
     never split), then ``ops.remove`` of ``doomed``'s mask over the grown Gaussians: the
@@ -67,16 +69,18 @@ def clone_split_prune(
         5
     """
     n = params["means"].shape[0]
-    if clone.shape != (n,) or split.shape != (n,):
+    masks = (clone, split) if prune is None else (clone, split, prune)
+    if any(m.shape != (n,) or m.dtype != torch.bool for m in masks):
         raise ValueError(
-            f"clone and split must be [N] masks of the {n} Gaussians; got "
-            f"{tuple(clone.shape)} and {tuple(split.shape)}"
+            f"clone, split and prune must be [N] bool masks of the {n} Gaussians; got "
+            f"{tuple(clone.shape)}, {tuple(split.shape)} and "
+            f"{None if prune is None else tuple(prune.shape)}"
         )
     moments = _fused_moments(params, optimizer)
     if moments is not None:
         return _fused(
             params, optimizer, state, moments, clone, split, doomed, generator, shrink,
-            revised_opacity,
+            revised_opacity, prune,
         )  # fmt: skip
     rest = torch.where(~split)[0]  # kept in place: neither split nor (yet) pruned
     copies = torch.where(clone)[0]
@@ -102,7 +106,10 @@ def clone_split_prune(
     # The grown set's values where children are drawn, not copied (each computed once).
     grown = {name: torch.cat([params[name][copied], children]) for name, children in drawn.items()}
     opacities = grown.get("opacities", params["opacities"][source])
-    keep = torch.where(~doomed(opacities, grown["scales"]))[0]
+    dead = doomed(opacities, grown["scales"])
+    if prune is not None:
+        dead = dead | prune.to(dead.device)[source]
+    keep = torch.where(~dead)[0]
     # Moments: the rows kept in place carry theirs, every new Gaussian starts at zero.
     kept_in_place = rest[keep[keep < len(rest)]]
     n_new = len(keep) - len(kept_in_place)
@@ -156,6 +163,7 @@ def _fused(
     generator: torch.Generator | None,
     shrink: float,
     revised_opacity: bool,
+    prune: Tensor | None,
 ) -> tuple[int, int, int]:
     """:func:`clone_split_prune` through ``csrc/refine.cu``: the plan's scans, one host
     sync for their totals, the children's draws, then one launch for every tensor."""
@@ -165,6 +173,9 @@ def _fused(
     child_logits = ops.revised_logits(logits) if revised_opacity else logits
     child_doomed = doomed(child_logits, torch.log(log_s.exp() / shrink))
     keep = ~doomed(logits, log_s)
+    if prune is not None:
+        prune = prune.to(log_s.device)
+        child_doomed, keep = child_doomed | prune, keep & ~prune
     # The plan's rows (csrc/launch.h's RefinePlanRow), then the clones for the count.
     flags = torch.stack([~split & keep, clone & keep, split & ~child_doomed, split, clone])
     pos = flags.cumsum(1, dtype=torch.int32)  # [5, N]

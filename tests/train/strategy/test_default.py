@@ -275,3 +275,92 @@ def test_a_closed_gate_accumulates_nothing(loss, updates) -> None:
     assert state["count"].tolist() == ([1.0, 0.0, 1.0] if updates else [0.0, 0.0, 0.0])
     assert bool((state["grad2d"] > 0).any()) == updates
     assert strategy.gates_at(5) and not strategy.gates_at(600)
+
+
+def sized(radii: list[int], grad: float = 0.0) -> dict:
+    """A render's by-products where every Gaussian is visible with the screen ``radii``."""
+    data = info([(grad, 0.0)] * len(radii), [True] * len(radii))
+    data["radii"] = torch.tensor([[[r, r] for r in radii]], dtype=torch.int32)
+    return data
+
+
+def test_screen_size_splits_wide_gaussians_and_prunes_wider_ones_after_the_first_reset() -> None:
+    # Radii over the image's larger side (100): 0.03 (kept), 0.1 (split, though small
+    # and of no gradient) and 0.2 (split before the first reset, pruned after it).
+    s = DefaultStrategy(refine_scale2d_stop_iter=4000)
+    params, opt, state = setup([0.005, 0.005, 0.005], [0.5] * 3, s)
+    counts = s.step_post_backward(params, opt, state, 600, sized([3, 10, 20]), 0)
+    assert counts == {"cloned": 0, "split": 2, "pruned": 0, "reset": 0}
+    assert params["means"].shape[0] == 5
+    assert state["radii"].shape == (5,) and bool((state["radii"] == 0).all())
+    params, opt, state = setup([0.005, 0.005, 0.005], [0.5] * 3, s)
+    counts = s.step_post_backward(params, opt, state, 3100, sized([3, 10, 20]), 0)
+    assert counts == {"cloned": 0, "split": 1, "pruned": 1, "reset": 0}
+    assert params["means"].shape[0] == 3  # the first, and the second's two children
+    assert torch.exp(params["scales"][:, 0]).tolist() == pytest.approx(
+        [0.005, 0.005 / 1.6, 0.005 / 1.6], rel=1e-5
+    )
+    # From refine_scale2d_stop_iter on, the screen size neither counts nor is kept.
+    params, opt, state = setup([0.005, 0.005, 0.005], [0.5] * 3, s)
+    counts = s.step_post_backward(params, opt, state, 4000, sized([3, 10, 20]), 0)
+    assert counts == {"cloned": 0, "split": 0, "pruned": 0, "reset": 0}
+    assert state["radii"] is None
+
+
+def test_screen_size_is_off_by_default_as_in_gsplat() -> None:
+    s = DefaultStrategy()
+    params, opt, state = setup([0.005, 0.005], [0.5] * 2, s)
+    counts = s.step_post_backward(params, opt, state, 3100, sized([10, 50]), 0)
+    assert counts == {"cloned": 0, "split": 0, "pruned": 0, "reset": 0}
+    assert state["radii"] is None
+
+
+def test_screen_size_is_the_largest_since_the_last_refine_step() -> None:
+    s = DefaultStrategy(refine_scale2d_stop_iter=4000)
+    params, opt, state = setup([0.005, 0.005], [0.5] * 2, s)
+    s.step_post_backward(params, opt, state, 650, sized([10, 2]), 0)
+    gate = torch.tensor([1.0, 0.0, math.nan], dtype=torch.float64)  # a skipped step
+    s.step_post_backward(params, opt, state, 660, sized([2, 30]) | {"gate": gate}, 0)
+    hidden = sized([2, 2])
+    hidden["radii"][0, 0] = torch.tensor([40, 0])  # not visible: its radius does not count
+    s.step_post_backward(params, opt, state, 670, hidden, 0)
+    assert state["radii"].tolist() == pytest.approx([0.1, 0.02])
+    counts = s.step_post_backward(params, opt, state, 700, sized([1, 1]), 0)
+    assert counts["split"] == 1 and params["means"].shape[0] == 3
+
+
+def test_a_cap_grows_the_wide_gaussians_first() -> None:
+    # room for one: the wide one of no gradient splits before the one of high gradient
+    s = DefaultStrategy(refine_scale2d_stop_iter=4000, cap_max=3)
+    params, opt, state = setup([0.005, 0.005], [0.5] * 2, s)
+    data = sized([1, 10])
+    data["means2d"].grad = torch.tensor([[[1.0, 0.0], [0.0, 0.0]]])
+    counts = s.step_post_backward(params, opt, state, 600, data, 0)
+    assert counts == {"cloned": 0, "split": 1, "pruned": 0, "reset": 0}
+    # after the first reset a Gaussian wide enough to be pruned takes no room: the one of
+    # high gradient grows
+    params, opt, state = setup([0.005, 0.005], [0.5] * 2, s)
+    data = sized([1, 20])
+    data["means2d"].grad = torch.tensor([[[1.0, 0.0], [0.0, 0.0]]])
+    counts = s.step_post_backward(params, opt, state, 3100, data, 0)
+    assert counts == {"cloned": 1, "split": 0, "pruned": 1, "reset": 0}
+
+
+def test_a_pause_after_each_reset_refines_nothing_and_keeps_the_sums() -> None:
+    s = DefaultStrategy(pause_refine_after_reset=200)
+    params, opt, state = setup([0.005, 0.005], [0.5, 0.5], s)
+    zero = info([(0.0, 0.0)] * 2, [True] * 2)
+    counts = s.step_post_backward(params, opt, state, 3000, zero, 0)
+    assert counts == {"cloned": 0, "split": 0, "pruned": 0, "reset": 1}
+    # both at 0.01 after the reset; the second falls below prune_opa during the pause
+    params["opacities"].data[1] = math.log(0.004 / 0.996)
+    counts = s.step_post_backward(params, opt, state, 3100, zero, 0)
+    assert counts["pruned"] == 0 and state["count"].tolist() == [2.0, 2.0]
+    assert not s.densifies_at(3100) and s.gates_at(3100) and s.densifies_at(3200)
+    counts = s.step_post_backward(params, opt, state, 3200, zero, 0)
+    assert counts["pruned"] == 1 and state["count"].tolist() == [0.0]
+    # Without resets there is nothing to pause after.
+    kept = DefaultStrategy(pause_refine_after_reset=200, opacity_reset=False)
+    assert kept.refines_at(3000) and kept.refines_at(3100)
+    with pytest.raises(ValueError, match="pause_refine_after_reset"):
+        DefaultStrategy(pause_refine_after_reset=3000)

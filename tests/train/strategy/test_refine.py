@@ -15,35 +15,52 @@ def doomed_rule(opacities: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return (torch.sigmoid(opacities) < 0.3) | (torch.exp(scales).amax(-1) > 0.08)
 
 
-def run(sequential: bool, n: int, clone_rate: float, split_rate: float, revised: bool):
+def run(
+    sequential: bool,
+    n: int,
+    clone_rate: float,
+    split_rate: float,
+    revised: bool,
+    prune: bool = False,
+):
     params = splats(n, seed=3)
     opt = with_adam(params)
-    state = {"grad2d": torch.arange(n, dtype=torch.float32), "count": torch.ones(n), "k": 2.0}
+    # "origin": each row's first ancestor, carried along as every per-Gaussian state tensor
+    state = {
+        "grad2d": torch.arange(n, dtype=torch.float32), "count": torch.ones(n), "k": 2.0,
+        "origin": torch.arange(n, dtype=torch.float32),
+    }  # fmt: skip
     pick = torch.Generator().manual_seed(5)
     draw = torch.rand(n, generator=pick)
     clone = draw < clone_rate
     split = (draw >= clone_rate) & (draw < clone_rate + split_rate)
+    # with ``prune``: every third Gaussian goes, with its clone and children
+    pruned = (torch.arange(n) % 3 == 0) if prune else None
     gen = torch.Generator().manual_seed(11)
     if sequential:
         cloned = ops.duplicate(params, opt, state, clone)
         to_split = torch.cat([split, clone.new_zeros(cloned)])
         n_split = ops.split(params, opt, state, to_split, gen, revised_opacity=revised)
         mask = doomed_rule(params["opacities"], params["scales"])
+        if pruned is not None:
+            mask = mask | pruned[state["origin"].long()]
         counts = (cloned, n_split, ops.remove(params, opt, state, mask))
     else:
         counts = clone_split_prune(
-            params, opt, state, clone, split, doomed_rule, gen, revised_opacity=revised
-        )
+            params, opt, state, clone, split, doomed_rule, gen, revised_opacity=revised,
+            prune=pruned,
+        )  # fmt: skip
     return params, opt, state, counts, gen
 
 
+@pytest.mark.parametrize("prune", [False, True])
 @pytest.mark.parametrize("revised", [True, False])
 @pytest.mark.parametrize(("clone_rate", "split_rate"), [(0.2, 0.3), (0.0, 0.5), (0.4, 0.0)])
 def test_the_same_as_duplicate_split_remove_in_turn(
-    revised: bool, clone_rate: float, split_rate: float
+    revised: bool, clone_rate: float, split_rate: float, prune: bool
 ) -> None:
-    a, opt_a, state_a, counts_a, gen_a = run(True, 64, clone_rate, split_rate, revised)
-    b, opt_b, state_b, counts_b, gen_b = run(False, 64, clone_rate, split_rate, revised)
+    a, opt_a, state_a, counts_a, gen_a = run(True, 64, clone_rate, split_rate, revised, prune)
+    b, opt_b, state_b, counts_b, gen_b = run(False, 64, clone_rate, split_rate, revised, prune)
     assert counts_a == counts_b
     assert counts_b[2] > 0  # the rule pruned some, children included
     check_aligned(b, opt_b)
@@ -54,9 +71,11 @@ def test_the_same_as_duplicate_split_remove_in_turn(
             assert torch.equal(opt_a.state[a[name]][key], opt_b.state[b[name]][key]), name
         assert opt_a.state[a[name]]["step"] == opt_b.state[b[name]]["step"]
     assert state_a.keys() == state_b.keys() and state_b["k"] == 2.0
-    for key in ("grad2d", "count"):
+    for key in ("grad2d", "count", "origin"):
         assert torch.equal(state_a[key], state_b[key])
     assert torch.equal(gen_a.get_state(), gen_b.get_state())  # one draw, the same
+    if prune:  # no row descends from a pruned Gaussian
+        assert not bool((state_b["origin"].long() % 3 == 0).any())
 
 
 def test_new_gaussians_start_with_zero_moments_and_kept_ones_keep_theirs() -> None:
@@ -72,8 +91,13 @@ def test_new_gaussians_start_with_zero_moments_and_kept_ones_keep_theirs() -> No
 
 def test_masks_of_another_size_are_refused() -> None:
     params = splats(5)
-    with pytest.raises(ValueError, match=r"\[N\] masks of the 5 Gaussians"):
+    with pytest.raises(ValueError, match=r"\[N\] bool masks of the 5 Gaussians"):
         clone_split_prune(
             params, None, {}, torch.zeros(4, dtype=torch.bool), torch.zeros(5, dtype=torch.bool),
             doomed_rule,
         )  # fmt: skip
+    no = torch.zeros(5, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"\[N\] bool masks of the 5 Gaussians"):
+        clone_split_prune(params, None, {}, no, no, doomed_rule, prune=torch.zeros(6).bool())
+    with pytest.raises(ValueError, match="bool masks"):
+        clone_split_prune(params, None, {}, no, no, doomed_rule, prune=torch.zeros(5))

@@ -320,7 +320,8 @@ class DistributedTrainer(Trainer):
         return Path(shared)
 
     def _gather_sums(self) -> None:
-        """Sum the strategy's running sums over the processes into process 0's state.
+        """Sum the strategy's running sums over the processes into process 0's state, and
+        take its running maxima over them in every process.
 
         Process 0 then holds the whole run's sums (what a checkpoint must hold) and the
         others zeros, so that the next sum before a densification is still the total.
@@ -336,12 +337,11 @@ class DistributedTrainer(Trainer):
                 state[k] = self.model.splats["means"].new_zeros(n)
         if maxes:  # a maximum may be taken twice: every process keeps the whole run's
             self._group.max_(*[state[k] for k in maxes])
-        keys = sums
-        if not keys:
+        if not sums:
             return
-        self._group.sum_(*[state[k] for k in keys])
+        self._group.sum_(*[state[k] for k in sums])
         if self.rank != 0:
-            for k in keys:
+            for k in sums:
                 state[k].zero_()
 
     def _restore(self, state: TrainingState) -> None:

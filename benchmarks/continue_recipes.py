@@ -33,6 +33,7 @@ from common import environment, git_commit, write_json
 from quality_sweep import load_recipes
 
 from gsnb.train import Trainer
+from gsnb.train.checkpoint import newest_checkpoint, read_training_state
 
 
 def live_knobs(recipe: dict[str, Any], strategy: str) -> dict[str, Any]:
@@ -102,7 +103,8 @@ def main() -> None:
     if args.steps < 1:
         parser.error("--steps must be at least 1")
     recipes = load_recipes(args.recipes)
-    strategy = Trainer.resume_from(args.checkpoint).strategy.name
+    # the checkpoint's settings only: each recipe loads the whole run (and its photos) anew
+    strategy = read_training_state(newest_checkpoint(args.checkpoint)).strategy.name
     try:
         knobs = {name: live_knobs(recipe, strategy) for name, recipe in recipes.items()}
     except ValueError as err:

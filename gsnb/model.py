@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gsnb.raster import RenderResult, activate_splats, render_splats
-from gsnb.raster.sh import num_sh_bases, rgb_to_sh0, sh_degree_from_bases
+from gsnb.raster.sh import C0, num_sh_bases, rgb_to_sh0, sh_degree_from_bases
 from gsnb.utils.atomic import atomic_write
 
 SPLAT_KEYS = ("means", "quats", "scales", "opacities", "sh0", "shN")
@@ -162,14 +162,18 @@ class GaussianModel(nn.Module):
         path: str | os.PathLike[str],
         map_location: str | torch.device = "cpu",
         *,
-        filtered: bool = False,
+        exported: bool = False,
     ) -> GaussianModel:
         """Read the Gaussians of a model checkpoint (:meth:`save`) or a trainer checkpoint.
 
         The file is read as data only (``weights_only=True``): no code in it runs. With
-        ``filtered``, a run trained with the 3D filter (``filter3d``) comes with the filter
-        baked into its scales and opacities (:func:`bake_filter3d`), as the run rendered
-        it: what an export needs (the parameters as stored are what a resume needs).
+        ``exported``, a trainer checkpoint's Gaussians come as the run's exports show them
+        (what a PLY file or a video needs; the parameters as stored are what a resume
+        needs): a run trained with the 3D filter (``filter3d``) with the filter baked into
+        its scales and opacities (:func:`bake_filter3d`), and a run with exposure
+        compensation (``exposure``) with the mean of its learned colour transforms baked
+        into its colours (:func:`bake_exposure`), the transform its held-out views are
+        evaluated through.
 
         Raises:
             FileNotFoundError: ``path`` does not exist.
@@ -205,9 +209,35 @@ class GaussianModel(nn.Module):
             background = checked_background(payload.get("background", (0.0, 0.0, 0.0)))
         except (TypeError, ValueError) as err:
             raise ValueError(f"{path} records a bad background colour: {err}") from err
-        if filtered:
-            splats = _filtered(payload, splats, path)
+        if exported:
+            splats = _exposure_baked(payload, _filtered(payload, splats, path), path)
         return cls(splats, background)
+
+
+def _exposure_baked(payload: Mapping[str, Any], splats: dict[str, Tensor], path: Any) -> dict:
+    """``splats`` with the mean of the run's learned exposures baked into their colours,
+    when the checkpoint's run learned them."""
+    config = payload.get("config")
+    if not isinstance(config, Mapping) or not config.get("exposure"):
+        return splats
+    corrections = payload.get("corrections")
+    exposure = corrections.get("exposure") if isinstance(corrections, Mapping) else None
+    matrices = exposure.get("matrices") if isinstance(exposure, Mapping) else None
+    if (
+        isinstance(matrices, Tensor)
+        and matrices.dim() == 3
+        and matrices.shape[0] > 0
+        and matrices.shape[1:] == (3, 4)
+        and bool(torch.isfinite(matrices).all())
+    ):
+        return bake_exposure(splats, matrices.mean(0))
+    warnings.warn(
+        f"{path}: the run learned exposures (exposure), but the checkpoint holds no usable "
+        "colour transforms, so its colours are read as stored; the PLY file the run wrote "
+        "has the mean exposure baked in",
+        stacklevel=3,
+    )
+    return splats
 
 
 def _filtered(payload: Mapping[str, Any], splats: dict[str, Tensor], path: Any) -> dict:
@@ -282,4 +312,38 @@ def bake_filter3d(splats: Mapping[str, Tensor], variances: Tensor) -> dict[str, 
         filtered = variances.detach() > 0  # the others keep their parameters exactly
         baked["scales"] = torch.where(filtered[:, None], scales, log_scales)
         baked["opacities"] = torch.where(filtered, opacities, logits)
+    return baked
+
+
+def bake_exposure(splats: Mapping[str, Tensor], matrix: Tensor) -> dict[str, Tensor]:
+    """Stored parameters with the affine colour transform ``matrix [3, 4]`` baked into the
+    SH colours, detached: every Gaussian's colour ``c`` becomes ``M c + b`` (``M = matrix[:,
+    :3]``, ``b = matrix[:, 3]``), as :func:`gsnb.train.exposure.apply_exposure` maps a render.
+
+    SH colours are linear in their coefficients (``c = C0 sh0 + sum_k Y_k shN_k + 0.5``), so
+    ``M`` maps every coefficient's RGB and the constant ``M 0.5 + b - 0.5`` goes into the DC
+    term. A render of the result equals the transformed render wherever the Gaussians cover
+    the pixel (where the background shows through, it shows unchanged) and no colour is
+    clamped at 0 (``max(c, 0)`` before the transform, ``max(M c + b, 0)`` after).
+
+    Example:
+        >>> import torch
+        >>> from gsnb.raster.sh import sh0_to_rgb
+        >>> splats = {"means": torch.zeros(1, 3), "quats": torch.tensor([[1.0, 0, 0, 0]]),
+        ...     "scales": torch.zeros(1, 3), "opacities": torch.zeros(1),
+        ...     "sh0": torch.zeros(1, 1, 3), "shN": torch.zeros(1, 0, 3)}  # grey 0.5
+        >>> gain = torch.cat([2.0 * torch.eye(3), torch.full((3, 1), -0.25)], dim=1)
+        >>> [round(v, 4) for v in sh0_to_rgb(bake_exposure(splats, gain)["sh0"]).flatten().tolist()]
+        [0.75, 0.75, 0.75]
+    """
+    if tuple(matrix.shape) != (3, 4):
+        raise ValueError(f"a colour transform is a [3, 4] matrix, got {list(matrix.shape)}")
+    with torch.no_grad():
+        baked = {k: splats[k].detach().clone() for k in SPLAT_KEYS}
+        sh0 = baked["sh0"]
+        gain = matrix[:, :3].detach().to(sh0)
+        offset = matrix[:, 3].detach().to(sh0)
+        constant = gain.sum(-1) * 0.5 + offset - 0.5  # M 0.5 + b - 0.5, per channel
+        baked["sh0"] = sh0 @ gain.T + constant / C0
+        baked["shN"] = baked["shN"] @ gain.T
     return baked

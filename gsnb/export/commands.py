@@ -78,7 +78,9 @@ def training_cameras(data: Any) -> Cameras:
 
 
 def load_scene(path: str | Path, device: str | torch.device | None = None) -> GaussianModel:
-    """A model from a ``.ply`` file or a gsnb checkpoint (read as data, never as code).
+    """A model from a ``.ply`` file or a gsnb checkpoint (read as data, never as code);
+    a checkpoint's as the run's own exports show it (3D filter, mean exposure:
+    :meth:`GaussianModel.load`'s ``exported``).
 
     Example:
         >>> import tempfile, torch
@@ -94,7 +96,7 @@ def load_scene(path: str | Path, device: str | torch.device | None = None) -> Ga
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if path.suffix.lower() == ".ply":
         return GaussianModel(read_ply(path)).to(device)
-    return GaussianModel.load(path, map_location=device, filtered=True)
+    return GaussianModel.load(path, map_location=device, exported=True)
 
 
 def parse_size(text: str) -> tuple[int, int]:

@@ -25,7 +25,7 @@ import torch
 from gsnb.data.dataset import SceneDataset
 from gsnb.train.config import TrainConfig
 from gsnb.train.estimate import RunTimeEstimate, backend_text
-from gsnb.train.filter3d import exported_model
+from gsnb.train.exported import exported_model
 from gsnb.train.options import (
     add_config_options,
     add_nproc_option,

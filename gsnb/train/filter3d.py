@@ -41,8 +41,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gsnb.model import GaussianModel, bake_filter3d
-
 FILTER_VARIANCE = 0.2
 """Mip-Splatting's 3D filter variance in units of the squared pixel footprint (its
 ``filter_3D = sqrt(0.2) * depth / focal`` standard deviation)."""
@@ -198,19 +196,3 @@ class Filter3D:
         self._step = int(state["step"])
         # Variances of the Gaussians before a densification are recomputed at the next use.
         self._means = means if state["current"] else None
-
-
-def exported_model(trainer: Any) -> GaussianModel:
-    """The model a trainer's run exports (PLY file, video): with ``config.filter3d`` on, a
-    copy with the 3D filter baked into its scales and opacities, so that any 3DGS viewer
-    shows what gsnb rendered; else the trainer's own model.
-
-    Example:
-        >>> exported_model(trainer) is trainer.model  # filter3d is off by default
-        True
-    """
-    model = trainer.model
-    if not trainer.config.filter3d:
-        return model
-    variances = trainer.filter3d.variances(model.splats, trainer.step_count)
-    return GaussianModel(bake_filter3d(model.splats, variances), background=model.background)

@@ -13,7 +13,7 @@ import torch
 
 import gsnb
 from gsnb.train import TrainConfig, Trainer
-from gsnb.train.filter3d import exported_model
+from gsnb.train.exported import exported_model
 from gsnb.train.strategy import default
 from tests.gpu import test_render_splats as stored_tests
 from tests.gpu.test_cuda_raster import check, compare, rel_err, scene

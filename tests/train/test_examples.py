@@ -30,6 +30,7 @@ MODULES = [
     "gsnb.train.process_group",
     "gsnb.train.evaluation",
     "gsnb.train.filter3d",
+    "gsnb.train.exported",
     "gsnb.train.exposure",
     "gsnb.train.health",
     "gsnb.train.inputs",
@@ -58,7 +59,7 @@ NEEDS_TRAINER = {
     "gsnb.train.trainer",
     "gsnb.train.control",
     "gsnb.train.commands",
-    "gsnb.train.filter3d",
+    "gsnb.train.exported",
 }
 
 

@@ -11,14 +11,10 @@ import torch
 
 import gsnb
 from gsnb.export.ply import read_ply, write_ply
+from gsnb.model import bake_filter3d
 from gsnb.train import TrainConfig, Trainer, filter3d
-from gsnb.train.filter3d import (
-    Filter3D,
-    apply_filter3d,
-    bake_filter3d,
-    exported_model,
-    filter3d_variances,
-)
+from gsnb.train.exported import exported_model
+from gsnb.train.filter3d import Filter3D, apply_filter3d, filter3d_variances
 
 
 def camera(fx: float, z_offset: float = 0.0, size: int = 100) -> SimpleNamespace:

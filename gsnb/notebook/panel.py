@@ -16,6 +16,7 @@ from gsnb.live.imaging import encode_image
 from gsnb.live.throttle import Inbox, RateLimit, TimeBudget
 from gsnb.notebook.figures import TrainingCurves
 from gsnb.notebook.knob_widgets import KnobControls
+from gsnb.train.exposure import apply_exposure
 from gsnb.train.knobs import describe_knobs
 
 if TYPE_CHECKING:
@@ -329,6 +330,9 @@ class TrainingPanel:
         step = self.trainer.step_count
         shown = scaled_view(view, min(view.width, self.image_width))
         rgb = self.trainer.render_view(shown).rgb[0]
+        matrix = self.trainer.shown_exposure()  # with exposure on, as exports show the scene
+        if matrix is not None:
+            rgb = apply_exposure(rgb, matrix)
         self.live_image.value = encode_image(rgb, "jpeg")
         self._rendered_step = step
 

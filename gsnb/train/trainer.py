@@ -1056,6 +1056,20 @@ class Trainer(TrainingControl):
             )
             return self.corrections.for_metrics(out, index)
 
+    def shown_exposure(self) -> Tensor | None:
+        """``[3, 4]``: the colour transform live views (viewer, panel) show the scene through,
+        or None: while ``exposure`` is on, the mean of the learned transforms, which exports
+        bake in and held-out views are evaluated through (the stored colours carry the
+        transforms' free common drift); without exposure, None (the colours as stored).
+
+        Example:
+            >>> trainer.shown_exposure() is None  # exposure is off by default
+            True
+        """
+        if not self.config.exposure:
+            return None
+        return self.corrections.exposure.mean()
+
     def evaluate(self, split: str = "test", max_views: int | None = None) -> EvalResult:
         """PSNR, SSIM (and LPIPS when its weights are on disk) on the test or train views.
 

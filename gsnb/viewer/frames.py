@@ -32,6 +32,7 @@ from torch import Tensor
 from gsnb import toolchain
 from gsnb.live.imaging import FrameEncoder
 from gsnb.toolchain.loader import load_module
+from gsnb.train.exposure import apply_exposure
 from gsnb.train.pose_refine import MovedGaussians
 from gsnb.train.rendering import BackendRenderer, render_model
 
@@ -209,9 +210,11 @@ class FrameProcess:
         sh_degree: int,
         background: Any,
         rasterize_mode: str = "classic",
+        colour: Tensor | None = None,
     ) -> bytes:
         """JPEG bytes of the shared Gaussians seen from ``viewmat [4, 4]`` with intrinsics
-        ``K [3, 3]`` at ``width`` x ``height``, over ``background`` (3 floats).
+        ``K [3, 3]`` at ``width`` x ``height``, over ``background`` (3 floats); ``colour``
+        ``[3, 4]``, an affine colour transform of the image (a learned exposure), or None.
 
         :attr:`last` then holds the child's seconds per stage (``render``, ``convert``,
         ``encode``, ``copy``) and ``wait``, the whole round trip seen from here."""
@@ -230,6 +233,7 @@ class FrameProcess:
                 int(sh_degree),
                 tuple(float(v) for v in _floats(background)),
                 rasterize_mode,
+                None if colour is None else _floats(colour),
             )
         )
         try:
@@ -396,9 +400,9 @@ def _draw(
     request: tuple[Any, ...],
 ) -> tuple[str, Any, dict[str, Any]]:
     """One frame in the child for a ``("frame", viewmat, K, width, height, sh_degree,
-    background, rasterize_mode)`` request: ``("frame", jpeg, stages)`` or
+    background, rasterize_mode, colour)`` request: ``("frame", jpeg, stages)`` or
     ``("error", message, {})``."""
-    _, viewmat, K, width, height, degree, background, mode = request
+    _, viewmat, K, width, height, degree, background, mode, colour = request
     try:
         assert splats is not None, "no Gaussians"
         start = time.perf_counter()
@@ -417,8 +421,12 @@ def _draw(
                 width, height, sh_degree=degree, background=bg, rasterize_mode=mode,
                 filter3d=variances,
             )  # fmt: skip
+            rgb = out.rgb[0]
+            if colour is not None:
+                matrix = torch.tensor(colour, dtype=rgb.dtype, device=device)
+                rgb = apply_exposure(rgb, matrix)
             rendered = time.perf_counter()
-            data = encoder.encode(out.rgb[0])
+            data = encoder.encode(rgb)
         return (
             "frame",
             data,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import io
 import math
@@ -21,6 +22,7 @@ import torch
 from gsnb.live.imaging import FrameEncoder
 from gsnb.model import GaussianModel
 from gsnb.raster import RenderResult
+from gsnb.train.exposure import apply_exposure
 from gsnb.viewer.access import Gate, new_secret, page_url
 from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
 from gsnb.viewer.frames import FrameProcess, FrameProcessError
@@ -594,7 +596,7 @@ class Viewer:
         return frames.frame(
             view.viewmat, view.K, view.width, view.height,
             sh_degree=trainer.sh_degree_now, background=trainer.model.background,
-            rasterize_mode=trainer.config.rasterize_mode,
+            rasterize_mode=trainer.config.rasterize_mode, colour=trainer.shown_exposure(),
         )  # fmt: skip
 
     def _frame_stream_context(self) -> contextlib.AbstractContextManager[Any]:
@@ -625,13 +627,18 @@ class Viewer:
         return {**means, "frames": float(len(frames))}
 
     def render(self, view: View) -> RenderResult:
-        """Render the scene at ``view`` without gradients (a trainer's ``render_view``, locked).
+        """Render the scene at ``view`` without gradients (a trainer's ``render_view``, locked;
+        with exposure compensation, through the mean learned exposure, as exports show it).
 
         Example:
             >>> # image = viewer.render(view_from_pose(wxyz, position, fov, 1920, 1080)).rgb[0]
         """
         if self.trainer is not None:
-            return self.trainer.render_view(view)
+            out = self.trainer.render_view(view)
+            matrix = self.trainer.shown_exposure()
+            if matrix is None:
+                return out
+            return dataclasses.replace(out, rgb=apply_exposure(out.rgb, matrix))
         model = self.model
         assert model is not None
         device = model.splats["means"].device

@@ -80,6 +80,26 @@ def test_frames_follow_the_shared_tensors_in_place_and_when_replaced(frames):
     assert np.abs(again.astype(float) - rendered(bigger, view)).mean() < 4.0
 
 
+def test_a_colour_transform_applies_to_the_frame(frames):
+    torch.manual_seed(1)
+    model = GaussianModel.from_points(torch.rand(80, 3) - 0.5, torch.rand(80, 3), sh_degree=0)
+    with torch.no_grad():
+        model.splats["opacities"].fill_(3.0)
+        model.splats["scales"].add_(1.0)
+    view = view_from_pose(look_from(EYE, (0, 0, 0)), EYE, FOV, 40, 30)
+    frames.wait_ready()
+    frames.share(model.splats)
+    matrix = torch.tensor([[0.5, 0.0, 0.0, 0.3], [0.0, 0.8, 0.1, 0.0], [0.0, 0.0, 1.0, -0.1]])
+    data = frames.frame(view.viewmat, view.K, view.width, view.height, sh_degree=0,
+                        background=(0.0, 0.0, 0.0), colour=matrix)  # fmt: skip
+    with torch.no_grad():
+        out = model.render(view.viewmat[None], view.K[None], view.width, view.height,
+                           backgrounds=torch.zeros(3), backend="reference")  # fmt: skip
+    expected = to_uint8(out.rgb[0] @ matrix[:, :3].T + matrix[:, 3])
+    assert np.abs(decoded(data).astype(float) - expected).mean() < 4.0  # JPEG
+    assert np.abs(a_frame(frames, view).astype(float) - expected).mean() > 10.0
+
+
 def test_bad_frames_raise_and_the_process_goes_on(frames):
     frames.wait_ready()
     model = GaussianModel.from_points(torch.rand(20, 3) - 0.5, torch.rand(20, 3), sh_degree=0)

@@ -69,6 +69,26 @@ def test_streams_a_preview_then_the_full_render_at_the_browser_camera(trainer, v
     assert viewer.last_error is None
 
 
+@pytest.mark.parametrize("frame_process", [False, True])
+def test_an_exposure_run_is_shown_through_its_mean_exposure(wide_scene, viewers, frame_process):
+    run = Trainer(wide_scene, TrainConfig(steps=100, sh_degree=1, device="cpu", exposure=True))
+    with torch.no_grad():  # a learned drift of the transforms: 0.4 of the gain, +0.1
+        run.corrections.exposure.matrices[:, :, :3] *= 0.4
+        run.corrections.exposure.matrices[:, :, 3] += 0.1
+    viewer = viewers(run, rest_seconds=0.0, frame_process=frame_process, jpeg_quality=100)
+    if frame_process:
+        viewer.frames.wait_ready()
+    wxyz = look_from(EYE, (0.0, 0.0, 0.5))
+    with ViewerClient(viewer.url) as client:
+        client.send_camera(wxyz, EYE, FOV, 64, 48)
+        full = client.next_frame(min_width=64).astype(float)
+    stored = run.render_view(view_from_pose(wxyz, EYE, FOV, 64, 48)).rgb[0]
+    assert viewer.frame_timings()["process"] == float(frame_process)
+    assert np.abs(full - to_uint8(stored * 0.4 + 0.1)).mean() < 4.0  # JPEG
+    assert np.abs(full - to_uint8(stored)).mean() > 20.0
+    assert viewer.last_error is None
+
+
 def test_frames_follow_training_without_changing_it(trainer, wide_scene, viewers):
     headless = Trainer(wide_scene, TrainConfig(steps=10_000, sh_degree=1, device="cpu", seed=3))
     headless.run(12)

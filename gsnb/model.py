@@ -223,18 +223,25 @@ def _exposure_baked(payload: Mapping[str, Any], splats: dict[str, Tensor], path:
     corrections = payload.get("corrections")
     exposure = corrections.get("exposure") if isinstance(corrections, Mapping) else None
     matrices = exposure.get("matrices") if isinstance(exposure, Mapping) else None
+    names = exposure.get("names") if isinstance(exposure, Mapping) else None
+    colours = [splats.get(k) for k in ("sh0", "shN")]
+    if not all(isinstance(c, Tensor) and c.dim() == 3 and c.shape[-1] == 3 for c in colours):
+        return splats  # GaussianModel says what is wrong with them
     if (
         isinstance(matrices, Tensor)
-        and matrices.dim() == 3
-        and matrices.shape[0] > 0
-        and matrices.shape[1:] == (3, 4)
-        and bool(torch.isfinite(matrices).all())
+        and isinstance(names, list)
+        and matrices.layout == torch.strided
+        and matrices.is_floating_point()
+        # one transform per named image: a header cannot ask for more work than its names
+        and matrices.shape == (len(names), 3, 4)
+        and len(names) > 0
     ):
-        return bake_exposure(splats, matrices.mean(0))
+        mean = matrices.mean(0)
+        if bool(torch.isfinite(mean).all()):
+            return bake_exposure(splats, mean)
     warnings.warn(
         f"{path}: the run learned exposures (exposure), but the checkpoint holds no usable "
-        "colour transforms, so its colours are read as stored; the PLY file the run wrote "
-        "has the mean exposure baked in",
+        "colour transforms, so its colours are read as stored (not through their mean)",
         stacklevel=3,
     )
     return splats

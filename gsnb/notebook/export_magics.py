@@ -22,11 +22,12 @@ def export_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="%gs_export",
         description="Write a 3DGS PLY file and/or render a camera path to an MP4. SCENE is a "
-        "GaussianModel variable of the notebook, a gsnb checkpoint or a PLY file; --data may "
-        "also name a loaded dataset variable.",
+        "Trainer variable of the notebook (its model as its exports hold it: 3D filter and "
+        "mean exposure baked in), a GaussianModel variable, a gsnb checkpoint or a PLY file; "
+        "--data may also name a loaded dataset variable.",
         exit_on_error=False,
     )
-    parser.add_argument("scene", help="GaussianModel variable, checkpoint or PLY file")
+    parser.add_argument("scene", help="Trainer or GaussianModel variable, checkpoint or PLY file")
     parser.add_argument("--ply", help="write the Gaussians to this PLY file")
     parser.add_argument("--video", help="render a video to this .mp4 file")
     parser.add_argument("--show", action="store_true", help="show the video in the notebook")
@@ -41,7 +42,7 @@ class ExportMagics(Magics):
     Example (in a notebook)::
 
         %load_ext gsnb
-        %gs_export model --ply scene.ply
+        %gs_export trainer --ply scene.ply   # a training run, as its exports hold it
         %gs_export model --video orbit.mp4 --render-size 960x540 --size 1920x1080 --show
     """
 
@@ -52,9 +53,13 @@ class ExportMagics(Magics):
         Returns an ``IPython.display.Video`` when ``--show`` is given, so the
         video plays in the cell's output.
         """
+        import torch
+
         from gsnb.export.commands import VideoOptions, load_scene, make_video
         from gsnb.export.ply import write_ply
         from gsnb.model import GaussianModel
+        from gsnb.train import Trainer
+        from gsnb.train.exported import exported_model
 
         parser = export_parser()
         try:
@@ -67,7 +72,13 @@ class ExportMagics(Magics):
             raise ValueError("%gs_export: nothing to do; give --ply OUT.ply and/or --video OUT.mp4")
         namespace = self.shell.user_ns if self.shell is not None else {}
         scene = namespace.get(args.scene)
-        model = scene if isinstance(scene, GaussianModel) else load_scene(args.scene, args.device)
+        if isinstance(scene, Trainer):
+            with torch.no_grad():
+                model = exported_model(scene)
+        elif isinstance(scene, GaussianModel):
+            model = scene
+        else:
+            model = load_scene(args.scene, args.device)
         if args.ply:
             write_ply(args.ply, model.splats)
             print(f"wrote {args.ply}: {model.num_gaussians} Gaussians, SH degree {model.sh_degree}")

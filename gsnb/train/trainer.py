@@ -1062,6 +1062,10 @@ class Trainer(TrainingControl):
         bake in and held-out views are evaluated through (the stored colours carry the
         transforms' free common drift); without exposure, None (the colours as stored).
 
+        Read without waiting for the step in flight (a viewer's frame must not): during a
+        step it may mix two steps' values, which no eye can tell apart. On a GPU it is
+        computed on the caller's stream.
+
         Example:
             >>> trainer.shown_exposure() is None  # exposure is off by default
             True

@@ -22,6 +22,7 @@ import torch
 from gsnb.live.imaging import FrameEncoder
 from gsnb.model import GaussianModel
 from gsnb.raster import RenderResult
+from gsnb.train.exported import exported_model
 from gsnb.train.exposure import apply_exposure
 from gsnb.viewer.access import Gate, new_secret, page_url
 from gsnb.viewer.cameras import pose_of_view, vertical_fov, view_from_pose
@@ -408,7 +409,9 @@ class Viewer:
         if pause:
             trainer.pause()  # returns once the current step has finished
         try:
-            return GaussianModel({k: v.detach().cpu() for k, v in trainer.model.splats.items()})
+            # as the run's exports hold it: the 3D filter and the mean exposure baked in
+            model = exported_model(trainer)
+            return GaussianModel({k: v.detach().cpu() for k, v in model.splats.items()})
         finally:
             if pause:
                 trainer.resume()
@@ -593,10 +596,13 @@ class Viewer:
             # densified (or the 3D filter may have moved on): a consistent set, between steps
             # shared inside: a share rewraps the tensors' storage, which must not race a step
             trainer.live_gaussians(frames.share)
+        with self._frame_stream_context():  # the copy to the host waits for no training step
+            colour = trainer.shown_exposure()
+            colour = None if colour is None else colour.cpu()
         return frames.frame(
             view.viewmat, view.K, view.width, view.height,
             sh_degree=trainer.sh_degree_now, background=trainer.model.background,
-            rasterize_mode=trainer.config.rasterize_mode, colour=trainer.shown_exposure(),
+            rasterize_mode=trainer.config.rasterize_mode, colour=colour,
         )  # fmt: skip
 
     def _frame_stream_context(self) -> contextlib.AbstractContextManager[Any]:

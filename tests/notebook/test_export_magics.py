@@ -49,3 +49,22 @@ def test_help_and_errors(shell, capsys):
     with pytest.raises(FileNotFoundError, match=r"no checkpoint or PLY file at nothing\.pt"):
         shell.run_line_magic("gs_export", "nothing.pt --ply x.ply")
     assert "--render-size" in ExportMagics.gs_export.__doc__
+
+
+def test_a_trainer_variable_exports_its_model_as_its_exports_hold_it(shell, dataset, tmp_path):
+    from gsnb.train import TrainConfig, Trainer
+    from gsnb.train.exported import exported_model
+
+    config = TrainConfig(steps=10, max_init_points=60, sh_degree=1, device="cpu", exposure=True)
+    trainer = Trainer(dataset, config)
+    with torch.no_grad():  # learned transforms that drifted: their mean is not the identity
+        trainer.corrections.exposure.matrices[:, :, :3] *= 0.7
+    shell.user_ns["trainer"] = trainer
+    out = tmp_path / "scene.ply"
+    try:
+        assert shell.run_line_magic("gs_export", f"trainer --ply {out}") is None
+    finally:
+        shell.user_ns.pop("trainer")
+    written = read_ply(out)["sh0"]
+    torch.testing.assert_close(written, exported_model(trainer).splats["sh0"])
+    assert (written - trainer.model.splats["sh0"].detach()).abs().max() > 0.1

@@ -138,3 +138,23 @@ def test_a_checkpoint_with_unusable_transforms_is_read_as_stored_with_a_warning(
     assert torch.equal(model.splats["sh0"], trainer.model.splats["sh0"].detach())
     # A run without exposure reads as stored, with no warning.
     assert torch.equal(GaussianModel.load(path).splats["sh0"], trainer.model.splats["sh0"].detach())
+
+
+def test_malformed_transforms_are_refused_before_any_work(tmp_path: Path) -> None:
+    """A checkpoint is data from anywhere: transforms of another count than the images, of
+    an integer type, or a tiny tensor that claims 2^40 of them read as stored, warned."""
+    trainer = exposure_run(tmp_path)
+    path = trainer.save_checkpoint(tmp_path / "checkpoint.pt")
+    payload = torch.load(path, weights_only=True)
+    names = payload["corrections"]["exposure"]["names"]
+    stored = trainer.model.splats["sh0"].detach()
+    for matrices in (
+        torch.eye(3, 4).repeat(len(names) + 1, 1, 1),  # one more than the images
+        torch.ones(len(names), 3, 4, dtype=torch.int64),
+        torch.eye(3, 4).expand(2**40, 3, 4),  # 48 bytes of storage
+    ):
+        payload["corrections"]["exposure"]["matrices"] = matrices
+        torch.save(payload, tmp_path / "bad.pt")
+        with pytest.warns(UserWarning, match="no usable colour transforms"):
+            model = GaussianModel.load(tmp_path / "bad.pt", exported=True)
+        assert torch.equal(model.splats["sh0"], stored)

@@ -14,6 +14,7 @@ import torch
 from gsnb.live.imaging import to_uint8
 from gsnb.model import GaussianModel
 from gsnb.train import TrainConfig, Trainer
+from gsnb.train.exposure import apply_exposure
 from gsnb.viewer import Viewer
 from gsnb.viewer.cameras import pose_of_view, view_from_pose
 from gsnb.viewer.client import ViewerClient, look_from
@@ -72,9 +73,12 @@ def test_streams_a_preview_then_the_full_render_at_the_browser_camera(trainer, v
 @pytest.mark.parametrize("frame_process", [False, True])
 def test_an_exposure_run_is_shown_through_its_mean_exposure(wide_scene, viewers, frame_process):
     run = Trainer(wide_scene, TrainConfig(steps=100, sh_degree=1, device="cpu", exposure=True))
-    with torch.no_grad():  # a learned drift of the transforms: 0.4 of the gain, +0.1
-        run.corrections.exposure.matrices[:, :, :3] *= 0.4
-        run.corrections.exposure.matrices[:, :, 3] += 0.1
+    matrices = run.corrections.exposure.matrices
+    with torch.no_grad():  # learned transforms, each its own; their mean: 0.4 of the gain, +0.1
+        matrices[:, :, :3] *= torch.linspace(0.2, 0.6, len(matrices))[:, None, None]
+        matrices[:, :, 3] += 0.1
+        matrices[:, 0, 1] += 0.2  # red takes some green
+    mean = matrices.detach().mean(0)
     viewer = viewers(run, rest_seconds=0.0, frame_process=frame_process, jpeg_quality=100)
     if frame_process:
         viewer.frames.wait_ready()
@@ -84,9 +88,15 @@ def test_an_exposure_run_is_shown_through_its_mean_exposure(wide_scene, viewers,
         full = client.next_frame(min_width=64).astype(float)
     stored = run.render_view(view_from_pose(wxyz, EYE, FOV, 64, 48)).rgb[0]
     assert viewer.frame_timings()["process"] == float(frame_process)
-    assert np.abs(full - to_uint8(stored * 0.4 + 0.1)).mean() < 4.0  # JPEG
+    assert np.abs(full - to_uint8(apply_exposure(stored, mean))).mean() < 4.0  # JPEG
     assert np.abs(full - to_uint8(stored)).mean() > 20.0
     assert viewer.last_error is None
+    if not frame_process:  # the splats mode (the browser draws them) takes the exported colours
+        from gsnb.train.exported import exported_model
+
+        snapshot = viewer._model_snapshot().splats["sh0"]
+        torch.testing.assert_close(snapshot, exported_model(run).splats["sh0"])
+        assert (snapshot - run.model.splats["sh0"].detach()).abs().max() > 0.1
 
 
 def test_frames_follow_training_without_changing_it(trainer, wide_scene, viewers):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch import Tensor
+
 from gsnb.model import GaussianModel, bake_exposure, bake_filter3d
 
 
@@ -28,18 +30,22 @@ def exported_model(trainer: Any) -> GaussianModel:
     and the mean learned exposure (``config.exposure``) baked in, so that any 3DGS viewer
     shows what gsnb rendered and evaluated; with neither on, the trainer's own model.
 
+    The copy is taken between two steps (:meth:`~gsnb.train.trainer.Trainer.live_gaussians`),
+    so a run training in the background gives one step's Gaussians, filter and exposures.
+
     Example:
         >>> exported_model(trainer) is trainer.model  # both options are off by default
         True
     """
-    model = trainer.model
     config = trainer.config
     if not (config.filter3d or config.exposure):
-        return model
-    splats = model.splats
-    if config.filter3d:
-        variances = trainer.filter3d.variances(splats, trainer.step_count)
-        splats = bake_filter3d(splats, variances)
-    if config.exposure:
-        splats = bake_exposure(splats, trainer.corrections.exposure.mean())
-    return GaussianModel(splats, background=model.background)
+        return trainer.model
+
+    def bake(splats: dict[str, Tensor], variances: Tensor | None) -> GaussianModel:
+        if variances is not None:
+            splats = bake_filter3d(splats, variances)
+        if config.exposure:
+            splats = bake_exposure(splats, trainer.corrections.exposure.mean())
+        return GaussianModel(splats, background=trainer.model.background)
+
+    return trainer.live_gaussians(bake)

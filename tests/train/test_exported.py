@@ -158,3 +158,17 @@ def test_malformed_transforms_are_refused_before_any_work(tmp_path: Path) -> Non
         with pytest.warns(UserWarning, match="no usable colour transforms"):
             model = GaussianModel.load(tmp_path / "bad.pt", exported=True)
         assert torch.equal(model.splats["sh0"], stored)
+
+
+def test_a_run_training_in_the_background_exports_one_steps_state(tmp_path: Path) -> None:
+    trainer = exposure_run(tmp_path, filter3d=True)
+    trainer.start(200)
+    try:
+        models = [exported_model(trainer) for _ in range(5)]  # between two steps each time
+    finally:
+        trainer.stop(timeout=60)
+    for model in models:
+        count = model.num_gaussians
+        assert all(v.shape[0] == count for v in model.splats.values())
+        assert all(bool(torch.isfinite(v).all()) for v in model.splats.values())
+    assert trainer.step_count > 25  # it did train meanwhile

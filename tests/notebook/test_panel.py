@@ -163,21 +163,16 @@ def test_bad_camera_names_the_views(make_trainer):
 
 def test_the_live_image_of_an_exposure_run_goes_through_the_mean_exposure(dataset, panels):
     import numpy as np
-    import torch
 
     from gsnb.data.dataset import scaled_view
     from gsnb.live.imaging import to_uint8
     from gsnb.train import TrainConfig, Trainer
     from gsnb.train.exposure import apply_exposure
+    from tests.train.test_exported import drift_exposures
 
     config = TrainConfig(steps=10, max_init_points=60, sh_degree=1, device="cpu", exposure=True)
     trainer = Trainer(dataset, config)
-    matrices = trainer.corrections.exposure.matrices
-    with torch.no_grad():  # learned transforms, each its own; their mean: 0.4 of the gain, +0.1
-        matrices[:, :, :3] *= torch.linspace(0.2, 0.6, len(matrices))[:, None, None]
-        matrices[:, :, 3] += 0.1
-        matrices[:, 0, 1] += 0.2  # red takes some green
-    mean = matrices.detach().mean(0)
+    mean = drift_exposures(trainer)  # learned transforms, each its own
     panels.append(panel := TrainingPanel(trainer, image_width=12))
     panel.update(force=True)
     live = np.asarray(Image.open(io.BytesIO(panel.live_image.value)).convert("RGB"), float)

@@ -40,6 +40,27 @@ def camera(size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.eye(4, dtype=dtype)[None], K
 
 
+def drift_exposures(trainer: Trainer) -> torch.Tensor:
+    """Set ``trainer``'s learned exposures as if they had drifted, each image its own (gains
+    0.2-0.6, +0.1, red taking some green), and return their mean ``[3, 4]``."""
+    matrices = trainer.corrections.exposure.matrices
+    with torch.no_grad():
+        matrices[:, :, :3] *= torch.linspace(0.2, 0.6, len(matrices))[:, None, None]
+        matrices[:, :, 3] += 0.1
+        matrices[:, 0, 1] += 0.2
+    return matrices.detach().mean(0)
+
+
+def assert_checkpoint_exports_as_trainer(trainer: Trainer, path: Path) -> dict[str, torch.Tensor]:
+    """``gsnb export`` / ``load_scene`` of the checkpoint ``path`` give exactly
+    ``exported_model(trainer)``'s parameters (returned)."""
+    expected = exported_model(trainer).splats
+    loaded = load_scene(path, "cpu").splats
+    for name, value in expected.items():
+        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0, msg=name)
+    return expected
+
+
 def transformed_background(background: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     return apply_exposure(background.reshape(1, 1, 3), matrix).reshape(3)
 
@@ -113,11 +134,8 @@ def test_gsnb_export_of_an_exposure_run_bakes_the_mean_and_resume_does_not(
 ) -> None:
     trainer = exposure_run(tmp_path)  # the test-halves protocol: every image has a transform
     path = trainer.save_checkpoint(tmp_path / "checkpoint.pt")
-    expected = exported_model(trainer).splats
-    loaded = load_scene(path, "cpu").splats
-    for name, value in expected.items():
-        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0, msg=name)
-    assert not torch.equal(loaded["sh0"], trainer.model.splats["sh0"].detach())
+    expected = assert_checkpoint_exports_as_trainer(trainer, path)
+    assert not torch.equal(expected["sh0"], trainer.model.splats["sh0"].detach())
     ply = tmp_path / "m.ply"
     assert export(argparse.Namespace(checkpoint=str(path), ply=str(ply))) == 0
     torch.testing.assert_close(read_ply(ply)["sh0"], expected["sh0"])

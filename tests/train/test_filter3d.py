@@ -193,18 +193,16 @@ def test_gsnb_export_of_a_filtered_run_bakes_the_filter(make_scene, tmp_path: Pa
     """``gsnb export`` / ``gsnb video`` read a filter3d run's checkpoint as the run rendered it."""
     import argparse
 
-    from gsnb.export.commands import export, load_scene
+    from gsnb.export.commands import export
+    from tests.train.test_exported import assert_checkpoint_exports_as_trainer
 
     data = make_scene()
     trainer = Trainer(data, TrainConfig(steps=20, sh_degree=0, filter3d=True, backend="reference"))
     trainer.run(4)
     trainer.render_view(data.train[0])  # the filter in use is the one of the current Gaussians
     path = trainer.save_checkpoint(tmp_path / "checkpoint.pt")
-    expected = exported_model(trainer).splats
-    loaded = load_scene(path, "cpu").splats
-    for name, value in expected.items():
-        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0, msg=name)
-    assert not torch.equal(loaded["scales"], trainer.model.splats["scales"].detach())
+    expected = assert_checkpoint_exports_as_trainer(trainer, path)
+    assert not torch.equal(expected["scales"], trainer.model.splats["scales"].detach())
     assert export(argparse.Namespace(checkpoint=str(path), ply=str(tmp_path / "m.ply"))) == 0
     torch.testing.assert_close(read_ply(tmp_path / "m.ply")["opacities"], expected["opacities"])
     # Resuming reads the parameters as stored, not the baked ones.

@@ -20,6 +20,7 @@ from gsnb.viewer.cameras import pose_of_view, view_from_pose
 from gsnb.viewer.client import ViewerClient, look_from
 from gsnb.viewer.server import STATUS_SECONDS, ViewerPortError, port_is_free
 from gsnb.viewer.stream import BrowserCamera, FramePlanner
+from tests.train.test_exported import drift_exposures
 
 EYE = (0.5, -4.0, 2.0)
 FOV = 0.9
@@ -73,12 +74,7 @@ def test_streams_a_preview_then_the_full_render_at_the_browser_camera(trainer, v
 @pytest.mark.parametrize("frame_process", [False, True])
 def test_an_exposure_run_is_shown_through_its_mean_exposure(wide_scene, viewers, frame_process):
     run = Trainer(wide_scene, TrainConfig(steps=100, sh_degree=1, device="cpu", exposure=True))
-    matrices = run.corrections.exposure.matrices
-    with torch.no_grad():  # learned transforms, each its own; their mean: 0.4 of the gain, +0.1
-        matrices[:, :, :3] *= torch.linspace(0.2, 0.6, len(matrices))[:, None, None]
-        matrices[:, :, 3] += 0.1
-        matrices[:, 0, 1] += 0.2  # red takes some green
-    mean = matrices.detach().mean(0)
+    mean = drift_exposures(run)  # learned transforms, each its own
     viewer = viewers(run, rest_seconds=0.0, frame_process=frame_process, jpeg_quality=100)
     if frame_process:
         viewer.frames.wait_ready()

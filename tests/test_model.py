@@ -136,3 +136,13 @@ def test_splat_dict_looks_up_as_a_parameter_dict() -> None:
         splats["means"]
     with pytest.raises(TypeError, match="not a string"):
         splats[0]
+
+
+def test_load_refuses_a_tensor_that_repeats_its_stored_elements(tmp_path: Path) -> None:
+    # a file of a few kilobytes describing 10M Gaussians: cloning it would take 1.5 GB
+    model = GaussianModel.from_points(torch.randn(3, 3), torch.rand(3, 3))
+    splats = {k: v.detach() for k, v in model.splats.items()}
+    splats["means"] = torch.zeros(1).expand(10_000_000, 3)
+    torch.save({"format": "gsnb-model-1", "splats": splats}, tmp_path / "crafted.pt")
+    with pytest.raises(ValueError, match=r"malformed: the tensor at \['splats'\]\['means'\]"):
+        GaussianModel.load(tmp_path / "crafted.pt")

@@ -29,6 +29,7 @@ from gsnb.train.config import TrainConfig
 from gsnb.train.inputs import ViewOrder
 from gsnb.train.strategy import Strategy, make_strategy
 from gsnb.utils.atomic import atomic_write, make_temporary
+from gsnb.utils.tensor_file import MalformedTensorFile, load_tensor_file
 
 if TYPE_CHECKING:
     from gsnb.data.dataset import View
@@ -305,7 +306,9 @@ def read_checkpoint(path: str | os.PathLike[str], check: bool = True) -> dict[st
             "checkpoint.pt in its --out folder (or from that folder)"
         )
     try:
-        payload = torch.load(source, map_location="cpu", weights_only=True)
+        payload = load_tensor_file(source)
+    except MalformedTensorFile as err:
+        raise CheckpointError(str(err)) from err
     except Exception as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(

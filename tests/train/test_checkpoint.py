@@ -131,6 +131,10 @@ def test_corrupt_or_foreign_checkpoints_give_clear_errors(make_scene, tmp_path: 
     torch.save(payload, tmp_path / "bad_config.pt")
     with pytest.raises(CheckpointError, match="invalid settings"):
         Trainer.resume_from(tmp_path / "bad_config.pt", data)
+    payload["splats"]["means"] = torch.zeros(1).expand(10_000_000, 3)  # 4 bytes stored
+    torch.save(payload, tmp_path / "crafted.pt")
+    with pytest.raises(CheckpointError, match=r"malformed: the tensor at \['splats'\]"):
+        Trainer.resume_from(tmp_path / "crafted.pt", data)
 
 
 def test_resume_on_other_views_is_refused(make_scene, tmp_path: Path) -> None:

@@ -1,0 +1,100 @@
+"""Read files of tensors that users share (checkpoints) as data, with bounded memory.
+
+``torch.load(..., weights_only=True)`` runs no code from the file, but a tensor in it may
+still be a view that reads one stored element many times (stride 0): a file of a few bytes
+can then describe a tensor of billions of elements, and the first copy of it (``clone``,
+``contiguous``, moving it to a GPU) allocates them all. :func:`load_tensor_file` refuses
+such files, so that copying what it returns costs at most the file's own size per tensor.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch import Tensor
+
+_MAX_DEPTH = 64  # a checkpoint nests a few levels; deeper is a crafted file
+
+
+class MalformedTensorFile(ValueError):
+    """A file of tensors that no gsnb version writes: one would cost unbounded memory."""
+
+
+def overlapping_tensor(payload: Any, where: str = "", depth: int = 0) -> str | None:
+    """Where in ``payload`` a tensor holds more elements than its storage, or None.
+
+    A tensor of ``n`` elements that is not sparse needs ``n`` distinct stored elements
+    unless some of its strides repeat them (an ``expand``-ed view); one saved that way
+    reads fewer bytes from the file than it will take once copied. Sparse or other
+    non-strided layouts are refused too: no gsnb file holds them.
+
+    Example:
+        >>> import torch
+        >>> overlapping_tensor({"a": torch.zeros(4, 3)}) is None
+        True
+        >>> overlapping_tensor({"a": [torch.zeros(1).expand(1000)]})
+        "['a'][0]"
+    """
+    if depth > _MAX_DEPTH:
+        return where or "the top level"
+    if isinstance(payload, Tensor):
+        if payload.layout != torch.strided:
+            return where or "the top level"
+        stored = payload.untyped_storage().nbytes() // max(payload.element_size(), 1)
+        return (where or "the top level") if payload.numel() > stored else None
+    if isinstance(payload, dict):
+        items = payload.items()
+    elif isinstance(payload, (list, tuple)):
+        items = enumerate(payload)
+    else:
+        return None
+    for key, value in items:
+        found = overlapping_tensor(value, f"{where}[{key!r}]", depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def load_tensor_file(path: str | os.PathLike[str], map_location: Any = "cpu") -> Any:
+    """``torch.load`` of ``path`` as data (``weights_only=True``), refusing tensors that
+    would take more memory once copied than the file stores for them.
+
+    Raises:
+        MalformedTensorFile: a tensor in the file reads its stored elements more than once, or is
+            nested implausibly deep; the message names where.
+        Exception: whatever ``torch.load`` raises for a file it cannot read.
+
+    Example:
+        >>> import tempfile, torch
+        >>> path = tempfile.mkdtemp() + "/t.pt"
+        >>> torch.save({"x": torch.arange(3.0)}, path)
+        >>> load_tensor_file(path)["x"].tolist()
+        [0.0, 1.0, 2.0]
+    """
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    where = overlapping_tensor(payload)
+    if where is not None:
+        raise MalformedTensorFile(
+            f"{os.fspath(path)} is malformed: the tensor at {where} repeats its stored "
+            "elements (or is not a dense tensor), so copying it could take far more memory "
+            "than the file holds; gsnb never writes such a file. Use the file as it was "
+            "written, or train again"
+        )
+    if map_location in (None, "cpu") or str(map_location) == "cpu":
+        return payload
+    return _moved(payload, torch.device(map_location))
+
+
+def _moved(payload: Any, device: torch.device) -> Any:
+    """``payload`` with each tensor on ``device`` (after the check, so each copy is bounded)."""
+    if isinstance(payload, Tensor):
+        return payload.to(device)
+    if isinstance(payload, dict):
+        return {k: _moved(v, device) for k, v in payload.items()}
+    if isinstance(payload, list):
+        return [_moved(v, device) for v in payload]
+    if isinstance(payload, tuple):
+        return tuple(_moved(v, device) for v in payload)
+    return payload

@@ -328,7 +328,12 @@ def export_arguments(parser: argparse.ArgumentParser) -> None:
         >>> parser.parse_args(["model.pt", "--ply", "scene.ply"]).ply
         'scene.ply'
     """
-    parser.add_argument("checkpoint", help="a gsnb checkpoint (or a PLY file to rewrite)")
+    parser.add_argument(
+        "checkpoint",
+        help="a gsnb checkpoint (or a PLY file to rewrite); a run trained with --filter3d or "
+        "--exposure is written as its own PLY is, with the 3D filter and the mean of its "
+        "learned exposures baked in",
+    )
     parser.add_argument("--ply", required=True, help="the PLY file to write (INRIA 3DGS layout)")
 
 

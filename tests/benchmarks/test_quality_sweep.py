@@ -51,6 +51,7 @@ def test_two_recipes_two_runs_each_are_summarised_against_the_baseline(tmp_path:
         turned["mean"] - summary["plain"]["mean"], abs=2e-3
     )
     assert set(turned["views"]) == set(result["runs"][0]["views"])  # per test view
+    assert set(result["view_spread"]) == set(turned["views"])
     assert (tmp_path / "out" / "logs" / "turned_1.log").read_text()
     assert "against plain" in done.stdout
 
@@ -186,3 +187,26 @@ def test_a_screened_sweep_runs_only_the_kept_recipes_past_the_screen(tmp_path: P
     assert result["summary"][dropped]["runs"] == 1
     after = result["summary_after_screen"]  # the kept recipes over their later runs only
     assert set(after) == {"plain", kept} and after["plain"]["runs"] == after[kept]["runs"] == 1
+
+
+def test_views_that_read_far_apart_from_run_to_run_are_set_apart() -> None:
+    # the fox's pattern: seven views within a few tenths of a dB from run to run, two that
+    # swing by several dB and decide the plain means
+    def row(name: str, near: float, far: float) -> dict:
+        views = {f"n{i}": near + 0.1 * (i % 2) for i in range(7)} | {"f0": far, "f1": far + 1}
+        return {"name": name, "psnr": sum(views.values()) / 9, "n": 1, "views": views}
+
+    runs = [row("base", 33.0, 22.0), row("base", 33.1, 28.0), row("base", 33.05, 27.0)]
+    runs += [row("new", 33.3, 23.0), row("new", 33.35, 22.5), row("new", 33.4, 24.0)]
+    spread = quality_sweep.view_spread(runs)
+    assert spread["n0"] < 0.1 and spread["f0"] > 1.5
+    steady = quality_sweep.steady_views(spread, 1.0)
+    assert steady == [f"n{i}" for i in range(7)]
+    summary = quality_sweep.summarize(runs, ["base", "new"], "base", steady)
+    assert summary["new"]["vs_baseline"]["difference"] < 0  # the far views' lottery
+    part = summary["new"]["steady"]
+    assert part["runs"] == 3 and part["views"] == steady
+    assert part["vs_baseline"]["difference"] == pytest.approx(0.3, abs=1e-3)
+    assert part["vs_baseline"]["se"] < 0.1
+    assert quality_sweep.steady_views({"a": 0.1, "b": 0.2}, 1.0) == []  # nothing to set apart
+    assert "steady" not in quality_sweep.summarize(runs, ["base", "new"], "base")["new"]

@@ -159,8 +159,9 @@ def test_a_checkpoint_with_unusable_transforms_is_read_as_stored_with_a_warning(
 
 
 def test_malformed_transforms_are_refused_before_any_work(tmp_path: Path) -> None:
-    """A checkpoint is data from anywhere: transforms of another count than the images, of
-    an integer type, or a tiny tensor that claims 2^40 of them read as stored, warned."""
+    """A checkpoint is data from anywhere: transforms of another count than the images or
+    of an integer type read as stored, warned; a tiny tensor that claims 2^40 of them is
+    refused as the file is read."""
     trainer = exposure_run(tmp_path)
     path = trainer.save_checkpoint(tmp_path / "checkpoint.pt")
     payload = torch.load(path, weights_only=True)
@@ -169,13 +170,16 @@ def test_malformed_transforms_are_refused_before_any_work(tmp_path: Path) -> Non
     for matrices in (
         torch.eye(3, 4).repeat(len(names) + 1, 1, 1),  # one more than the images
         torch.ones(len(names), 3, 4, dtype=torch.int64),
-        torch.eye(3, 4).expand(2**40, 3, 4),  # 48 bytes of storage
     ):
         payload["corrections"]["exposure"]["matrices"] = matrices
         torch.save(payload, tmp_path / "bad.pt")
         with pytest.warns(UserWarning, match="no usable colour transforms"):
             model = GaussianModel.load(tmp_path / "bad.pt", exported=True)
         assert torch.equal(model.splats["sh0"], stored)
+    payload["corrections"]["exposure"]["matrices"] = torch.eye(3, 4).expand(2**40, 3, 4)
+    torch.save(payload, tmp_path / "huge.pt")  # 48 bytes of storage
+    with pytest.raises(ValueError, match=r"malformed: the tensor at \['corrections'\]"):
+        GaussianModel.load(tmp_path / "huge.pt", exported=True)
 
 
 def test_a_run_training_in_the_background_exports_one_steps_state(tmp_path: Path) -> None:

@@ -149,7 +149,7 @@ class GaussianModel(nn.Module):
         """Write a checkpoint atomically (``torch.save`` into a temporary file, then rename)."""
         payload = {
             "format": "gsnb-model-1",
-            "splats": {k: v.detach().cpu() for k, v in self.splats.items()},
+            "splats": {k: v.detach().cpu().contiguous() for k, v in self.splats.items()},
             "background": list(self.background),
         }
         if extra:

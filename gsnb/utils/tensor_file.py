@@ -3,8 +3,9 @@
 ``torch.load(..., weights_only=True)`` runs no code from the file, but a tensor in it may
 still be a view that reads one stored element many times (stride 0): a file of a few bytes
 can then describe a tensor of billions of elements, and the first copy of it (``clone``,
-``contiguous``, moving it to a GPU) allocates them all. :func:`load_tensor_file` refuses
-such files, so that copying what it returns costs at most the file's own size per tensor.
+``contiguous``, moving it to a GPU) allocates them all; so can many tensors that read one
+stored block. :func:`load_tensor_file` refuses such files, so that copying every tensor it
+returns costs at most the bytes the file stores.
 """
 
 from __future__ import annotations
@@ -57,13 +58,44 @@ def overlapping_tensor(payload: Any, where: str = "", depth: int = 0) -> str | N
     return None
 
 
+def repeated_bytes(payload: Any) -> int:
+    """Bytes by which ``payload``'s tensors exceed the distinct storages they read (0 for a
+    file whose tensors each read their own elements, as gsnb's do).
+
+    Example:
+        >>> import torch
+        >>> block = torch.zeros(1000)
+        >>> repeated_bytes({"a": block, "b": block[:10]})
+        40
+        >>> repeated_bytes({"a": torch.zeros(1000), "b": torch.zeros(10)})
+        0
+    """
+    storages: dict[tuple[int, int], int] = {}
+    total = 0
+    stack, depth = [(payload, 0)], 0
+    while stack:
+        item, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            continue
+        if isinstance(item, Tensor) and item.layout == torch.strided:
+            storage = item.untyped_storage()
+            storages[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+            total += item.numel() * item.element_size()
+        elif isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, depth + 1) for v in item)
+    return max(0, total - sum(storages.values()))
+
+
 def load_tensor_file(path: str | os.PathLike[str], map_location: Any = "cpu") -> Any:
     """``torch.load`` of ``path`` as data (``weights_only=True``), refusing tensors that
     would take more memory once copied than the file stores for them.
 
     Raises:
-        MalformedTensorFile: a tensor in the file reads its stored elements more than once, or is
-            nested implausibly deep; the message names where.
+        MalformedTensorFile: a tensor in the file reads its stored elements more than once
+            (the message names where), or is not a dense tensor, or is nested implausibly
+            deep, or several tensors read the same stored bytes.
         Exception: whatever ``torch.load`` raises for a file it cannot read.
 
     Example:
@@ -81,6 +113,14 @@ def load_tensor_file(path: str | os.PathLike[str], map_location: Any = "cpu") ->
             "elements (or is not a dense tensor), so copying it could take far more memory "
             "than the file holds; gsnb never writes such a file. Use the file as it was "
             "written, or train again"
+        )
+    extra = repeated_bytes(payload)
+    if extra:
+        raise MalformedTensorFile(
+            f"{os.fspath(path)} is malformed: its tensors read the same stored bytes more "
+            f"than once ({extra} bytes more than it stores), so copying them could take far "
+            "more memory than the file holds; gsnb never writes such a file. Use the file as "
+            "it was written, or train again"
         )
     if map_location in (None, "cpu") or str(map_location) == "cpu":
         return payload

@@ -210,3 +210,8 @@ def test_views_that_read_far_apart_from_run_to_run_are_set_apart() -> None:
     assert part["vs_baseline"]["se"] < 0.1
     assert quality_sweep.steady_views({"a": 0.1, "b": 0.2}, 1.0) == []  # nothing to set apart
     assert "steady" not in quality_sweep.summarize(runs, ["base", "new"], "base")["new"]
+    runs.append(row("new", 33.3, 23.0))
+    runs[-1]["views"]["n3"] = float("nan")  # a failed view leaves that run out, not the sweep
+    assert (
+        quality_sweep.summarize(runs, ["base", "new"], "base", steady)["new"]["steady"]["runs"] == 3
+    )

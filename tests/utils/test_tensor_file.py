@@ -12,11 +12,15 @@ from gsnb.utils.tensor_file import MalformedTensorFile, load_tensor_file, overla
 
 def test_dense_tensors_and_views_within_their_storage_load(tmp_path: Path) -> None:
     base = torch.arange(12.0).reshape(3, 4)
-    payload = {"a": base, "b": [base[1:], base.t()], "c": (base[:, ::2], 5), "d": "text"}
+    rows, turned = torch.arange(8.0).reshape(2, 4)[1:], torch.ones(3, 2).t()
+    every_other = torch.arange(6.0)[::2]
+    payload = {"a": base, "b": [rows, turned], "c": (every_other, 5), "d": "text"}
+    payload["e"] = [torch.zeros(0), torch.tensor(3), torch.ones(2, dtype=torch.bool)]
     torch.save(payload, tmp_path / "ok.pt")
     back = load_tensor_file(tmp_path / "ok.pt")
-    assert torch.equal(back["a"], base) and torch.equal(back["b"][1], base.t())
-    assert torch.equal(back["c"][0], base[:, ::2]) and back["c"][1] == 5 and back["d"] == "text"
+    assert torch.equal(back["a"], base) and torch.equal(back["b"][0], rows)
+    assert torch.equal(back["b"][1], turned) and torch.equal(back["c"][0], every_other)
+    assert back["c"][1] == 5 and back["d"] == "text" and back["e"][1].item() == 3
 
 
 @pytest.mark.parametrize(
@@ -34,6 +38,16 @@ def test_tensors_that_repeat_their_storage_are_refused_before_any_copy(
     assert overlapping_tensor(torch.load(tmp_path / "bad.pt", weights_only=True)) == where
     with pytest.raises(MalformedTensorFile, match=r"bad\.pt is malformed: the tensor at"):
         load_tensor_file(tmp_path / "bad.pt")
+
+
+def test_many_tensors_reading_one_stored_block_are_refused(tmp_path: Path) -> None:
+    # each passes alone; moved one by one they would take 2,000 times the file's bytes
+    block = torch.zeros(10_000)
+    torch.save({"state": [block] * 2000}, tmp_path / "shared.pt")
+    with pytest.raises(MalformedTensorFile, match=r"read the same stored bytes more than once"):
+        load_tensor_file(tmp_path / "shared.pt", map_location="cpu")
+    torch.save({"parts": list(block.split(2500))}, tmp_path / "parts.pt")  # disjoint views
+    assert len(load_tensor_file(tmp_path / "parts.pt")["parts"]) == 4
 
 
 def test_deeply_nested_payloads_are_refused() -> None:

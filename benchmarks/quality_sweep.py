@@ -463,6 +463,26 @@ def summarize(
     return out
 
 
+def summary_line(label: str, entry: dict[str, Any], baseline: str) -> str:
+    """``label`` with a summary entry's mean, SD, standard error and difference from the
+    baseline, as far as the entry has them.
+
+    Example:
+        >>> summary_line("b", {"mean": 32.0, "sd": 0.5, "se": 0.35,
+        ...                    "vs_baseline": {"difference": 1.5, "se": 0.707}}, "a")
+        'b, 32.000 dB (SD 0.500, SE 0.350), +1.500 ± 0.707 against a'
+    """
+    line = label
+    if "mean" in entry:
+        line += f", {entry['mean']:.3f} dB"
+    if "sd" in entry:
+        line += f" (SD {entry['sd']:.3f}, SE {entry['se']:.3f})"
+    if "vs_baseline" in entry:
+        vs = entry["vs_baseline"]
+        line += f", {vs['difference']:+.3f} ± {vs['se']:.3f} against {baseline}"
+    return line
+
+
 def screen(
     runs: list[dict[str, Any]], names: list[str], keep: int, always: set[str]
 ) -> tuple[list[str], dict[str, float | None]]:
@@ -574,10 +594,9 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     started = time.monotonic()
 
-    def steady() -> list[str]:
-        return steady_views(view_spread(runs), args.steady_sd)
-
     def save() -> None:
+        spread = view_spread(runs)
+        steady = steady_views(spread, args.steady_sd)
         write_json(
             args.out / "quality_sweep.json",
             {
@@ -589,14 +608,14 @@ def main() -> None:
                 "recipes": recipes,
                 "baseline": baseline,
                 "note": "runs shared one device: quality is comparable, wall_s is not a speed",
-                "view_spread": view_spread(runs),
-                "steady_views": steady_views(view_spread(runs), args.steady_sd),
-                "summary": summarize(runs, names, baseline, steady()),
+                "view_spread": spread,
+                "steady_views": steady,
+                "summary": summarize(runs, names, baseline, steady),
                 **({"screening": screening} if screening else {}),
                 **(
                     {
                         "summary_after_screen": summarize(
-                            after_screen(), screening["kept"], baseline, steady()
+                            after_screen(), screening["kept"], baseline, steady
                         )
                     }
                     if screening
@@ -676,29 +695,17 @@ def main() -> None:
                     tqdm.write(f"{name} seed {seed} failed: {row['error'].splitlines()[-1:]}")
                 save()
     save()
-    summary = summarize(runs, names, baseline, steady())
+    spread = view_spread(runs)
+    steady = steady_views(spread, args.steady_sd)
+    summary = summarize(runs, names, baseline, steady)
     for name, entry in summary.items():
-        line = f"{name:28s} {entry['runs']} runs"
-        if "mean" in entry:
-            line += f", {entry['mean']:.3f} dB"
-        if "sd" in entry:
-            line += f" (SD {entry['sd']:.3f}, SE {entry['se']:.3f})"
-        if "vs_baseline" in entry:
-            vs = entry["vs_baseline"]
-            line += f", {vs['difference']:+.3f} ± {vs['se']:.3f} against {baseline}"
-        print(line)
+        print(summary_line(f"{name:28s} {entry['runs']} runs", entry, baseline))
     for name, entry in summary.items():
         part = entry.get("steady")
         if part and "mean" in part:
-            line = f"{name:28s} {len(part['views'])} steady views: {part['mean']:.3f} dB"
-            if "sd" in part:
-                line += f" (SD {part['sd']:.3f})"
-            if "vs_baseline" in part:
-                vs = part["vs_baseline"]
-                line += f", {vs['difference']:+.3f} ± {vs['se']:.3f} against {baseline}"
-            print(line)
-    unsteady = sorted(set(view_spread(runs)) - set(steady()))
-    if steady():
+            print(summary_line(f"{name:28s} {len(part['views'])} steady views", part, baseline))
+    if steady:
+        unsteady = sorted(set(spread) - set(steady))
         print(f"views read far apart from run to run (SD > {args.steady_sd} dB): {unsteady}")
     print(f"wrote {args.out / 'quality_sweep.json'}")
 

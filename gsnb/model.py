@@ -233,10 +233,8 @@ def _exposure_baked(payload: Mapping[str, Any], splats: dict[str, Tensor], path:
     if (
         isinstance(matrices, Tensor)
         and isinstance(names, list)
-        and matrices.layout == torch.strided
-        and matrices.is_floating_point()
-        # one transform per named image: a header cannot ask for more work than its names
-        and matrices.shape == (len(names), 3, 4)
+        and matrices.is_floating_point()  # dense: load_tensor_file refuses other layouts
+        and matrices.shape == (len(names), 3, 4)  # one transform per named image
         and len(names) > 0
     ):
         mean = matrices.mean(0)

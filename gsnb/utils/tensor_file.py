@@ -11,6 +11,7 @@ returns costs at most the bytes the file stores.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -23,13 +24,26 @@ class MalformedTensorFile(ValueError):
     """A file of tensors that no gsnb version writes: one would cost unbounded memory."""
 
 
-def overlapping_tensor(payload: Any, where: str = "", depth: int = 0) -> str | None:
+def _leaves(payload: Any, where: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """``(where, tensor)`` for each tensor in ``payload``'s dicts, lists and tuples, and
+    ``(where, None)`` where the nesting goes deeper than a gsnb file's."""
+    if depth > _MAX_DEPTH:
+        yield where or "the top level", None
+    elif isinstance(payload, Tensor):
+        yield where or "the top level", payload
+    elif isinstance(payload, (dict, list, tuple)):
+        items = payload.items() if isinstance(payload, dict) else enumerate(payload)
+        for key, value in items:
+            yield from _leaves(value, f"{where}[{key!r}]", depth + 1)
+
+
+def overlapping_tensor(payload: Any) -> str | None:
     """Where in ``payload`` a tensor holds more elements than its storage, or None.
 
     A tensor of ``n`` elements that is not sparse needs ``n`` distinct stored elements
     unless some of its strides repeat them (an ``expand``-ed view); one saved that way
     reads fewer bytes from the file than it will take once copied. Sparse or other
-    non-strided layouts are refused too: no gsnb file holds them.
+    non-strided layouts, and nesting deeper than a gsnb file's, are refused too.
 
     Example:
         >>> import torch
@@ -38,23 +52,12 @@ def overlapping_tensor(payload: Any, where: str = "", depth: int = 0) -> str | N
         >>> overlapping_tensor({"a": [torch.zeros(1).expand(1000)]})
         "['a'][0]"
     """
-    if depth > _MAX_DEPTH:
-        return where or "the top level"
-    if isinstance(payload, Tensor):
-        if payload.layout != torch.strided:
-            return where or "the top level"
-        stored = payload.untyped_storage().nbytes() // max(payload.element_size(), 1)
-        return (where or "the top level") if payload.numel() > stored else None
-    if isinstance(payload, dict):
-        items = payload.items()
-    elif isinstance(payload, (list, tuple)):
-        items = enumerate(payload)
-    else:
-        return None
-    for key, value in items:
-        found = overlapping_tensor(value, f"{where}[{key!r}]", depth + 1)
-        if found is not None:
-            return found
+    for where, tensor in _leaves(payload):
+        if tensor is None or tensor.layout != torch.strided:
+            return where
+        stored = tensor.untyped_storage().nbytes() // max(tensor.element_size(), 1)
+        if tensor.numel() > stored:
+            return where
     return None
 
 
@@ -72,19 +75,11 @@ def repeated_bytes(payload: Any) -> int:
     """
     storages: dict[tuple[int, int], int] = {}
     total = 0
-    stack, depth = [(payload, 0)], 0
-    while stack:
-        item, depth = stack.pop()
-        if depth > _MAX_DEPTH:
-            continue
-        if isinstance(item, Tensor) and item.layout == torch.strided:
-            storage = item.untyped_storage()
+    for _, tensor in _leaves(payload):
+        if tensor is not None and tensor.layout == torch.strided:
+            storage = tensor.untyped_storage()
             storages[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
-            total += item.numel() * item.element_size()
-        elif isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend((v, depth + 1) for v in item)
+            total += tensor.numel() * tensor.element_size()
     return max(0, total - sum(storages.values()))
 
 

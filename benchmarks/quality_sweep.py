@@ -39,7 +39,12 @@ any training camera read 1-2.5 dB SD apart from run to run, the other seven 0.05
 ``view_spread`` gives each view's run-to-run SD within a recipe, pooled over the recipes, and
 each recipe's ``steady`` entry its mean over the views within ``--steady-sd`` (1 dB) with its
 difference from the baseline: a diagnostic that resolves in a few runs what the plain mean
-takes dozens for. The test PSNR over every view stays the measure.
+takes dozens for. The test PSNR over every view stays the measure. Which views pass the
+rule changes from sweep to sweep (a steady view can swing in a few runs); ``--steady-views``
+names the set instead, so that sweeps compare over the same views::
+
+    python benchmarks/quality_sweep.py .device/fox --recipes default,noreset --runs 3 \\
+        --steady-views 0001.jpg,0009.jpg,0022.jpg,0032.jpg,0046.jpg,0073.jpg,0084.jpg
 
 On a CPU (``GSNB_RUN_DEVICE=cpu GSNB_RUN_BACKEND=reference``), a tiny scene::
 
@@ -184,6 +189,13 @@ RECIPES: dict[str, dict[str, Any]] = {
     # No opacity reset (what gsplat 1.5.3's simple_trainer does, which leads gsnb's default by
     # 0.40 dB on the fox's steady views at 7,000 steps), with densification stopped at 7,000
     "noreset_stop7000": {"strategy_kwargs": {"opacity_reset": False, "refine_stop_iter": 7000}},
+    # Every known difference from gsplat 1.5.3's simple_trainer taken its way at once: no
+    # opacity reset, plain split opacities, random initial rotations, the canonical world frame
+    "gsplat_like": {
+        "strategy_kwargs": {"opacity_reset": False, "revised_opacity": False},
+        "config": {"init_rotation": "random"},
+        "dataset": {"normalize_world": True},
+    },
     "stop7000_aa_f3d": {
         "strategy_kwargs": {"refine_stop_iter": 7000},
         "config": {"rasterize_mode": "antialiased", "filter3d": True},
@@ -374,6 +386,24 @@ def steady_views(spread: dict[str, float], max_sd: float) -> list[str]:
     return steady if len(steady) < len(spread) else []
 
 
+def named_views(spec: str, test_names: list[str]) -> list[str]:
+    """The views of ``--steady-views`` (comma-separated names of the capture's test views),
+    in the order given; a name that is not a test view is an error that lists them.
+
+    Example:
+        >>> named_views("b.jpg, a.jpg", ["a.jpg", "b.jpg", "c.jpg"])
+        ['b.jpg', 'a.jpg']
+    """
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in test_names]
+    if unknown or not names:
+        raise ValueError(
+            f"--steady-views {spec!r}: {unknown or 'no views'} not among the capture's test "
+            f"views {test_names}"
+        )
+    return names
+
+
 def _compare(values: dict[str, list[float]], baseline: str, out: dict[str, Any], key: str):
     """``out[name][key]``: each recipe's difference from ``baseline`` and its standard error."""
     base = values.get(baseline, [])
@@ -560,6 +590,12 @@ def main() -> None:
         help="views whose run-to-run SD within a recipe is at most this (dB) are compared "
         "apart too, as each recipe's 'steady' entry (default 1.0)",
     )
+    parser.add_argument(
+        "--steady-views",
+        default="",
+        help="comma-separated test views for the 'steady' entries instead of --steady-sd's "
+        "rule, so that sweeps compare over the same views",
+    )
     parser.add_argument("--out", type=Path, default=Path("out/quality_sweep"))
     args = parser.parse_args()
     recipes = load_recipes(args.recipes)
@@ -573,6 +609,12 @@ def main() -> None:
             "run_sh": str(args.anchor),
         }
     names = list(recipes)
+    fixed: list[str] = []
+    if args.steady_views:
+        try:
+            fixed = named_views(args.steady_views, held_out_names(args.data))
+        except (ValueError, OSError) as exc:
+            parser.error(str(exc))
     baseline = args.baseline or names[0]
     if baseline not in recipes:
         parser.error(f"--baseline {baseline!r} is not one of the recipes {names}")
@@ -596,7 +638,7 @@ def main() -> None:
 
     def save() -> None:
         spread = view_spread(runs)
-        steady = steady_views(spread, args.steady_sd)
+        steady = fixed or steady_views(spread, args.steady_sd)
         write_json(
             args.out / "quality_sweep.json",
             {
@@ -696,7 +738,7 @@ def main() -> None:
                 save()
     save()
     spread = view_spread(runs)
-    steady = steady_views(spread, args.steady_sd)
+    steady = fixed or steady_views(spread, args.steady_sd)
     summary = summarize(runs, names, baseline, steady)
     for name, entry in summary.items():
         print(summary_line(f"{name:28s} {entry['runs']} runs", entry, baseline))
@@ -704,7 +746,7 @@ def main() -> None:
         part = entry.get("steady")
         if part and "mean" in part:
             print(summary_line(f"{name:28s} {len(part['views'])} steady views", part, baseline))
-    if steady:
+    if steady and not fixed:
         unsteady = sorted(set(spread) - set(steady))
         print(f"views read far apart from run to run (SD > {args.steady_sd} dB): {unsteady}")
     print(f"wrote {args.out / 'quality_sweep.json'}")

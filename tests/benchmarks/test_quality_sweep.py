@@ -215,3 +215,32 @@ def test_views_that_read_far_apart_from_run_to_run_are_set_apart() -> None:
     assert (
         quality_sweep.summarize(runs, ["base", "new"], "base", steady)["new"]["steady"]["runs"] == 3
     )
+
+
+def test_named_steady_views_replace_the_spread_rule(tmp_path: Path) -> None:
+    assert quality_sweep.named_views("b, a", ["a", "b", "c"]) == ["b", "a"]
+    with pytest.raises(ValueError, match=r"\['x'\] not among the capture's test views"):
+        quality_sweep.named_views("a,x", ["a", "b"])
+    with pytest.raises(ValueError, match="no views"):
+        quality_sweep.named_views(" , ", ["a"])
+    done, result = sweep(
+        tmp_path, {"plain": {}, "sh0": {"config": {"sh_degree": 0}}},
+        "--parallel", "2", "--steady-views", "images/r_000.png",
+    )  # fmt: skip
+    assert result["steady_views"] == ["images/r_000.png"]
+    part = result["summary"]["sh0"]["steady"]
+    assert part["views"] == ["images/r_000.png"] and part["runs"] == 2
+    means = [r["views"]["images/r_000.png"] for r in result["runs"] if r["name"] == "sh0"]
+    assert part["mean"] == pytest.approx(sum(means) / 2, abs=1e-3)
+    assert "1 steady views" in done.stdout and "read far apart" not in done.stdout
+
+
+def test_a_steady_view_that_is_not_a_test_view_is_refused(tmp_path: Path) -> None:
+    scene = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=100)
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "quality_sweep.py"), str(scene), "--steady-views",
+         "r_009.png", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "not among the capture's test views" in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -395,11 +395,14 @@ def named_views(spec: str, test_names: list[str]) -> list[str]:
         ['b.jpg', 'a.jpg']
     """
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in names if n not in test_names]
-    if unknown or not names:
+    if not names:
         raise ValueError(
-            f"--steady-views {spec!r}: {unknown or 'no views'} not among the capture's test "
-            f"views {test_names}"
+            f"--steady-views {spec!r} names no views: give test views, comma-separated"
+        )
+    unknown = [n for n in names if n not in test_names]
+    if unknown:
+        raise ValueError(
+            f"--steady-views: {unknown} not among the capture's test views {test_names}"
         )
     return names
 

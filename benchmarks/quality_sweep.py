@@ -189,6 +189,11 @@ RECIPES: dict[str, dict[str, Any]] = {
     # No opacity reset (what gsplat 1.5.3's simple_trainer does, which leads gsnb's default by
     # 0.40 dB on the fox's steady views at 7,000 steps), with densification stopped at 7,000
     "noreset_stop7000": {"strategy_kwargs": {"opacity_reset": False, "refine_stop_iter": 7000}},
+    # PhysGaussian's anisotropy regulariser at its weight (1) and a tenth of it: against the
+    # long thin splats that read as streaks from test views nearer the fox than any training
+    # camera (0110.jpg at 30,000 steps)
+    "aniso1": {"config": {"aniso_reg": 1.0}},
+    "aniso0.1": {"config": {"aniso_reg": 0.1}},
     # Every known difference from gsplat 1.5.3's simple_trainer taken its way at once: no
     # opacity reset, plain split opacities, random initial rotations, the canonical world frame
     "gsplat_like": {

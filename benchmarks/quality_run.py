@@ -15,6 +15,11 @@ of ``gsnb.data.normalize`` (gsplat's ``normalize_world_space``).
 ``GSNB_RUN_DEVICE`` / ``GSNB_RUN_BACKEND`` (default ``cuda``) run it elsewhere.
 ``GSNB_RUN_RENDERS=DIR`` also writes each test view as ``DIR/NAME_SEED/VIEW.png``: the photo,
 the render and their absolute error (x4) side by side, to see where a recipe loses.
+
+Besides each test view's PSNR (``views``), the line gives it rendered with the colours' SH
+degree 0 alone (``views_dc``, the view-independent part): a view that reads much higher without
+the higher bands is one whose view-dependent colour extrapolates badly from the training
+cameras' directions.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from PIL import Image
 from gsnb.data.dataset import load_dataset
 from gsnb.data.normalize import normalize_world
 from gsnb.train import TrainConfig, Trainer
+from gsnb.train.losses import psnr
 from gsnb.train.strategy import DefaultStrategy, MCMCStrategy
 
 STRATEGIES = {"default": DefaultStrategy, "mcmc": MCMCStrategy}
@@ -50,6 +56,17 @@ def save_renders(trainer: Trainer, folder: Path) -> None:
         row = torch.cat([photo, render, error], dim=1)
         pixels = (row * 255).round().to(torch.uint8).numpy()
         Image.fromarray(np.ascontiguousarray(pixels)).save(folder / f"{Path(view.name).stem}.png")
+
+
+def dc_views(trainer: Trainer) -> dict[str, float]:
+    """Each test view's PSNR (dB) rendered with SH degree 0 alone, as evaluation renders it
+    otherwise (clamped to [0, 1], the view's corrections applied)."""
+    out = {}
+    for view in trainer.dataset.test:
+        render = trainer.render_view(view, sh_degree=0, corrected=True).rgb[0]
+        photo = view.load_image().to(render.device)
+        out[view.name] = round(float(psnr(render.clamp(0.0, 1.0).float(), photo)), 3)
+    return out
 
 
 def main() -> None:
@@ -91,7 +108,8 @@ def main() -> None:
         "n": trainer.num_gaussians,
         "wall_s": round(seconds, 1),
         "normalize_world": bool(dataset_kw.get("normalize_world")),
-        "views": {view: round(psnr, 3) for view, psnr, _ in result.per_view},
+        "views": {view: round(value, 3) for view, value, _ in result.per_view},
+        "views_dc": dc_views(trainer),
     }
     print("RESULT " + json.dumps(row), flush=True)
     if os.environ.get("GSNB_RUN_RENDERS"):

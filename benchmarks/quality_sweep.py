@@ -334,9 +334,10 @@ def one_run(
     return anchor if anchor is not None else json.loads(rows[-1].removeprefix("RESULT "))
 
 
-def view_means(runs: list[dict[str, Any]]) -> dict[str, float]:
+def view_means(runs: list[dict[str, Any]], key: str = "views") -> dict[str, float]:
     """Each test view's mean PSNR over the runs that report it (``quality_run.py``'s
-    ``views``), to see where a recipe gains or loses.
+    ``views``, or ``views_dc``: rendered with SH degree 0 alone), to see where a recipe gains
+    or loses.
 
     Example:
         >>> view_means([{"views": {"a.jpg": 30.0, "b.jpg": 32.0}}, {"views": {"a.jpg": 31.0}}])
@@ -344,7 +345,7 @@ def view_means(runs: list[dict[str, Any]]) -> dict[str, float]:
     """
     per: dict[str, list[float]] = {}
     for row in runs:
-        for view, psnr in row.get("views", {}).items():
+        for view, psnr in row.get(key, {}).items():
             per.setdefault(view, []).append(psnr)
     return {view: round(statistics.fmean(v), 3) for view, v in per.items()}
 
@@ -471,9 +472,10 @@ def summarize(
             )
         if len(psnr) > 1:
             entry["sd"], entry["se"] = stats["sd"], stats["se"]
-        views = view_means([r for r in runs if r.get("name") == name])
-        if views:
-            entry["views"] = views
+        for key in ("views", "views_dc"):
+            views = view_means([r for r in runs if r.get("name") == name], key)
+            if views:
+                entry[key] = views
         out[name] = entry
     exact = {
         name: [r["psnr"] for r in runs if r.get("name") == name and "psnr" in r] for name in out

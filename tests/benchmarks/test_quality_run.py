@@ -32,6 +32,8 @@ def test_a_recipe_run_prints_its_result(tmp_path: Path, monkeypatch) -> None:
     assert row["n"] > 0 and 0 < row["psnr"] < 100
     views = row["views"]  # each test view's PSNR, whose mean is the run's
     assert views and sum(views.values()) / len(views) == pytest.approx(row["psnr"], abs=2e-3)
+    # two steps train at SH degree 0 still: rendered with degree 0 alone, each view reads alike
+    assert row["views_dc"] == pytest.approx(views, abs=2e-3)
     # GSNB_RUN_RENDERS: each test view as photo | render | error x4, whose halves agree with
     # its PSNR (8-bit rounding aside)
     from PIL import Image
@@ -46,3 +48,31 @@ def test_a_recipe_run_prints_its_result(tmp_path: Path, monkeypatch) -> None:
         assert 10 * np.log10(1 / mse) == pytest.approx(psnr, abs=0.3)
         error = np.abs(photo - render) * 4
         assert np.allclose(row_image[:, 32:] / 255.0, np.clip(error, 0, 1), atol=5 / 255)
+
+
+def test_dc_views_render_without_the_higher_sh_bands(tmp_path: Path) -> None:
+    import torch
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    import quality_run
+
+    from gsnb.data.dataset import load_dataset
+    from gsnb.train import TrainConfig, Trainer
+
+    scene = make_synthetic_scene(tmp_path / "scene", num_views=8, size=16, num_points=100)
+    config = TrainConfig(
+        data=str(scene), steps=3, sh_degree_interval=1, device="cpu", backend="reference"
+    )
+    trainer = Trainer(load_dataset(scene), config)
+    trainer.run(progress=False)  # past every SH degree's turn: evaluation renders all bands
+    assert trainer.sh_degree_now == 3
+    splats = trainer.model.splats
+    with torch.no_grad():
+        splats["shN"].zero_()
+    plain = {name: value for name, value, _ in trainer.evaluate().per_view}
+    assert quality_run.dc_views(trainer) == pytest.approx(plain, abs=2e-3)
+    with torch.no_grad():  # strong view-dependent colour: the full render moves, degree 0 not
+        splats["shN"].copy_(torch.randn_like(splats["shN"]))
+    shifted = {name: value for name, value, _ in trainer.evaluate().per_view}
+    assert all(abs(shifted[n] - plain[n]) > 0.5 for n in plain)
+    assert quality_run.dc_views(trainer) == pytest.approx(plain, abs=2e-3)

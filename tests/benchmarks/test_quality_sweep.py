@@ -51,6 +51,7 @@ def test_two_recipes_two_runs_each_are_summarised_against_the_baseline(tmp_path:
         turned["mean"] - summary["plain"]["mean"], abs=2e-3
     )
     assert set(turned["views"]) == set(result["runs"][0]["views"])  # per test view
+    assert set(turned["views_dc"]) == set(turned["views"])  # ... and at SH degree 0 alone
     assert set(result["view_spread"]) == set(turned["views"])
     assert (tmp_path / "out" / "logs" / "turned_1.log").read_text()
     assert "against plain" in done.stdout

@@ -186,8 +186,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     "noreset_grow1.5e-4_stop7000": {
         "strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4, "refine_stop_iter": 7000}
     },
-    # No opacity reset (what gsplat 1.5.3's simple_trainer does, which leads gsnb's default by
-    # 0.40 dB on the fox's steady views at 7,000 steps), with densification stopped at 7,000
+    # No opacity reset (what gsplat 1.5.3's simple_trainer does, which led gsnb's default by
+    # 0.14-0.40 dB on the fox's steady views at 7,000 steps), with densification stopped at 7,000
     "noreset_stop7000": {"strategy_kwargs": {"opacity_reset": False, "refine_stop_iter": 7000}},
     # PhysGaussian's anisotropy regulariser at its weight (1) and a tenth of it: against the
     # long thin splats that read as streaks from test views nearer the fox than any training

@@ -20,6 +20,10 @@ Besides each test view's PSNR (``views``), the line gives it rendered with the c
 degree 0 alone (``views_dc``, the view-independent part): a view that reads much higher without
 the higher bands is one whose view-dependent colour extrapolates badly from the training
 cameras' directions.
+
+A recipe whose config sets ``eval_every`` adds ``trace``: ``[step, PSNR, {view: PSNR}]`` at each
+of those evaluations, to see when in a run a test view falls (the run's own time then includes
+them).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from PIL import Image
 
 from gsnb.data.dataset import load_dataset
 from gsnb.data.normalize import normalize_world
-from gsnb.train import TrainConfig, Trainer
+from gsnb.train import EvalResult, TrainConfig, Trainer
 from gsnb.train.losses import psnr
 from gsnb.train.strategy import DefaultStrategy, MCMCStrategy
 
@@ -56,6 +60,11 @@ def save_renders(trainer: Trainer, folder: Path) -> None:
         row = torch.cat([photo, render, error], dim=1)
         pixels = (row * 255).round().to(torch.uint8).numpy()
         Image.fromarray(np.ascontiguousarray(pixels)).save(folder / f"{Path(view.name).stem}.png")
+
+
+def per_view(result: EvalResult) -> dict[str, float]:
+    """Each view's PSNR (dB) in an evaluation, rounded as the RESULT row gives it."""
+    return {view: round(value, 3) for view, value, _ in result.per_view}
 
 
 def dc_views(trainer: Trainer) -> dict[str, float]:
@@ -90,6 +99,8 @@ def main() -> None:
     if dataset_kw.get("normalize_world"):
         dataset, _ = normalize_world(dataset)
     trainer = Trainer(dataset, config, strategy=make(**json.loads(strategy_kw)))
+    trace: list[list] = []
+    untrace = trainer.on_eval(lambda r: trace.append([r.step, round(r.psnr, 3), per_view(r)]))
     cuda = torch.cuda.is_available() and config.device != "cpu"
     if cuda:
         torch.cuda.synchronize()
@@ -98,6 +109,7 @@ def main() -> None:
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
+    untrace()
     result = trainer.evaluate()
     row = {
         "name": name,
@@ -108,9 +120,11 @@ def main() -> None:
         "n": trainer.num_gaussians,
         "wall_s": round(seconds, 1),
         "normalize_world": bool(dataset_kw.get("normalize_world")),
-        "views": {view: round(value, 3) for view, value, _ in result.per_view},
+        "views": per_view(result),
         "views_dc": dc_views(trainer),
     }
+    if trace:
+        row["trace"] = trace
     print("RESULT " + json.dumps(row), flush=True)
     if os.environ.get("GSNB_RUN_RENDERS"):
         save_renders(trainer, Path(os.environ["GSNB_RUN_RENDERS"]) / f"{name}_{seed}")

@@ -50,6 +50,26 @@ def test_a_recipe_run_prints_its_result(tmp_path: Path, monkeypatch) -> None:
         assert np.allclose(row_image[:, 32:] / 255.0, np.clip(error, 0, 1), atol=5 / 255)
 
 
+def test_a_run_that_evaluates_while_training_gives_its_trace(tmp_path: Path, monkeypatch) -> None:
+    scene = make_synthetic_scene(tmp_path / "scene", num_views=4, size=16, num_points=100)
+    monkeypatch.setenv("GSNB_RUN_DEVICE", "cpu")
+    monkeypatch.setenv("GSNB_RUN_BACKEND", "reference")
+    argv = ["traced", "0", "4", str(scene), "1", "default", "{}", '{"eval_every": 2}']
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    row = json.loads(line.removeprefix("RESULT "))
+    assert [step for step, _, _ in row["trace"]] == [2, 4]
+    for _, mean, views in row["trace"]:
+        assert set(views) == set(row["views"])
+        assert sum(views.values()) / len(views) == pytest.approx(mean, abs=2e-3)
+    # the evaluation at the last step is of the model the run ends with
+    assert row["trace"][-1][2] == pytest.approx(row["views"], abs=1e-3)
+    assert row["trace"][0][2] != row["trace"][-1][2]
+
+
 def test_dc_views_render_without_the_higher_sh_bands(tmp_path: Path) -> None:
     import torch
 

@@ -33,7 +33,9 @@ def learning_rates(config: TrainConfig, step: int, extent: float) -> dict[str, f
 
     The means' rate is ``lr_means * extent`` at step 0 and decays
     exponentially to ``lr_means_final`` times that at ``config.steps``, then
-    stays there; the others are constant.
+    stays there; the others are constant. With ``lr_means_decay_steps`` shorter
+    than the run, it falls by ``lr_means_final`` every that many steps instead,
+    down to ``lr_means_final ** (steps / lr_means_decay_steps)`` at the last step.
 
     Example:
         >>> from gsnb.train.config import TrainConfig
@@ -41,8 +43,14 @@ def learning_rates(config: TrainConfig, step: int, extent: float) -> dict[str, f
         >>> lr = learning_rates(cfg, 100, extent=2.0)["means"]
         >>> round(lr / (1.6e-4 * 2.0), 6)
         0.01
+        >>> cfg = TrainConfig(steps=300, lr_means_decay_steps=100)
+        >>> [round(learning_rates(cfg, s, 1.0)["means"] / 1.6e-4, 6) for s in (100, 300, 400)]
+        [0.01, 1e-06, 1e-06]
     """
-    progress = min(step, config.steps) / config.steps
+    horizon = config.steps
+    if 0 < config.lr_means_decay_steps < config.steps:
+        horizon = config.lr_means_decay_steps
+    progress = min(step, config.steps) / horizon
     rates = {name: float(getattr(config, knob)) for name, knob in LR_KNOBS.items()}
     rates["means"] = config.lr_means * extent * config.lr_means_final**progress
     return rates

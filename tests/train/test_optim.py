@@ -22,6 +22,23 @@ def test_learning_rates_follow_3dgs() -> None:
     assert learning_rates(cfg, 5000, 3.0)["means"] == pytest.approx(1.6e-6 * 3.0)
 
 
+def test_the_means_decay_over_a_shorter_horizon_when_asked() -> None:
+    # 10,000-step decay in a 30,000-step run is the whole-run decay to 0.01 ** 3 = 1e-6
+    fast = TrainConfig(steps=30_000, lr_means_decay_steps=10_000)
+    whole = TrainConfig(steps=30_000, lr_means_final=1e-6)
+    for step in (0, 2_500, 10_000, 17_000, 30_000, 40_000):
+        rate = learning_rates(fast, step, 3.0)
+        assert rate == pytest.approx(learning_rates(whole, step, 3.0), rel=1e-9)
+        assert rate["scales"] == 5e-3  # only the means' rate changes
+    assert learning_rates(fast, 10_000, 3.0)["means"] == pytest.approx(1.6e-6 * 3.0)
+    # a horizon at or past the run's length is the run: a 7,000-step run keeps INRIA's decay
+    for horizon in (7_000, 10_000):
+        short = TrainConfig(steps=7_000, lr_means_decay_steps=horizon)
+        for step in (0, 3_500, 7_000):
+            plain = learning_rates(TrainConfig(steps=7_000), step, 3.0)
+            assert learning_rates(short, step, 3.0) == plain
+
+
 def test_optimizer_groups_are_named_and_settable() -> None:
     params = {"means": nn.Parameter(torch.zeros(2, 3)), "sh0": nn.Parameter(torch.zeros(2, 1, 3))}
     opt = make_optimizer(params, {"means": 0.1, "sh0": 0.2})

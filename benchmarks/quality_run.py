@@ -68,12 +68,16 @@ def per_view(result: EvalResult) -> dict[str, float]:
 
 
 def dc_views(trainer: Trainer) -> dict[str, float]:
-    """Each test view's PSNR (dB) rendered with SH degree 0 alone, as evaluation renders it
-    otherwise (clamped to [0, 1], the view's corrections applied)."""
+    """Each test view's PSNR (dB) rendered with SH degree 0 alone, as evaluation renders and
+    measures it otherwise (clamped to [0, 1], the view's corrections applied, on the right
+    halves under the test-halves exposure protocol)."""
+    halves = trainer.corrections.metric_columns("test")
     out = {}
     for view in trainer.dataset.test:
         render = trainer.render_view(view, sh_degree=0, corrected=True).rgb[0]
         photo = view.load_image().to(render.device)
+        if halves:
+            render, photo = render[:, render.shape[1] // 2 :], photo[:, photo.shape[1] // 2 :]
         out[view.name] = round(float(psnr(render.clamp(0.0, 1.0).float(), photo)), 3)
     return out
 

@@ -215,6 +215,16 @@ RECIPES: dict[str, dict[str, Any]] = {
         "strategy_kwargs": {"refine_stop_iter": 7000},
         "config": {"lr_means_decay_steps": 10_000},
     },
+    # ... with the best 7,000-step growth (more Gaussians, which read lower at 30,000 steps)
+    "noreset_grow1.5e-4_means_decay10k": {
+        "strategy_kwargs": {"opacity_reset": False, "grow_grad2d": 1.5e-4},
+        "config": {"lr_means_decay_steps": 10_000},
+    },
+    # For 7,000 steps: in the traced 30,000-step runs 0097.jpg fell already between steps
+    # 5,000 and 7,500 (26.3 to 25.0 dB); the means at 0.01 of their first rate by step 3,500
+    # or 5,000
+    "means_decay3500": {"config": {"lr_means_decay_steps": 3500}},
+    "means_decay5000": {"config": {"lr_means_decay_steps": 5000}},
 }
 
 

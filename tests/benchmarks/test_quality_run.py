@@ -70,7 +70,8 @@ def test_a_run_that_evaluates_while_training_gives_its_trace(tmp_path: Path, mon
     assert row["trace"][0][2] != row["trace"][-1][2]
 
 
-def test_dc_views_render_without_the_higher_sh_bands(tmp_path: Path) -> None:
+@pytest.mark.parametrize("exposure", [False, True])  # True: measured on right halves
+def test_dc_views_render_without_the_higher_sh_bands(tmp_path: Path, exposure: bool) -> None:
     import torch
 
     sys.path.insert(0, str(SCRIPT.parent))
@@ -81,11 +82,13 @@ def test_dc_views_render_without_the_higher_sh_bands(tmp_path: Path) -> None:
 
     scene = make_synthetic_scene(tmp_path / "scene", num_views=8, size=16, num_points=100)
     config = TrainConfig(
-        data=str(scene), steps=3, sh_degree_interval=1, device="cpu", backend="reference"
-    )
+        data=str(scene), steps=3, sh_degree_interval=1, device="cpu", backend="reference",
+        exposure=exposure,
+    )  # fmt: skip
     trainer = Trainer(load_dataset(scene), config)
     trainer.run(progress=False)  # past every SH degree's turn: evaluation renders all bands
     assert trainer.sh_degree_now == 3
+    assert trainer.evaluate().protocol == ("right halves" if exposure else "full images")
     splats = trainer.model.splats
     with torch.no_grad():
         splats["shN"].zero_()

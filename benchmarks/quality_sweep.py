@@ -370,6 +370,36 @@ def view_means(runs: list[dict[str, Any]], key: str = "views") -> dict[str, floa
     return {view: round(statistics.fmean(v), 3) for view, v in per.items()}
 
 
+def trace_means(runs: list[dict[str, Any]], steady: list[str] | None = None) -> dict[int, Any]:
+    """Per evaluation step of the runs that traced one (``quality_run.py``'s ``trace``, a
+    recipe with ``eval_every``): the mean test PSNR over those runs, each view's mean, and
+    with ``steady`` the mean over those views alone. Steps that not every traced run reached
+    are left out, so each mean is over the same runs.
+
+    Example:
+        >>> first = [[10, 30.0, {"a": 32.0, "b": 28.0}], [20, 31.0, {"a": 33.0, "b": 29.0}]]
+        >>> second = [[10, 29.0, {"a": 31.0, "b": 27.0}]]  # stopped before step 20
+        >>> runs = [{"trace": first}, {"trace": second}, {"psnr": 30.0}]
+        >>> trace_means(runs, ["a"])
+        {10: {'runs': 2, 'psnr': 29.5, 'views': {'a': 31.5, 'b': 27.5}, 'steady': 31.5}}
+    """
+    traces = [
+        {step: (psnr, views) for step, psnr, views in r["trace"]} for r in runs if r.get("trace")
+    ]
+    if not traces:
+        return {}
+    steps = sorted(set.intersection(*(set(t) for t in traces)))
+    out: dict[int, Any] = {}
+    for step in steps:
+        views = view_means([{"views": t[step][1]} for t in traces])
+        mean = round(statistics.fmean(t[step][0] for t in traces), 3)
+        entry: dict[str, Any] = {"runs": len(traces), "psnr": mean, "views": views}
+        if steady and all(v in views for v in steady):
+            entry["steady"] = round(statistics.fmean(views[v] for v in steady), 3)
+        out[step] = entry
+    return out
+
+
 def view_spread(runs: list[dict[str, Any]]) -> dict[str, float]:
     """Each test view's run-to-run SD of PSNR within a recipe, pooled over the recipes that
     have two or more runs reporting it (the runs' ``views``).
@@ -496,6 +526,9 @@ def summarize(
             views = view_means([r for r in runs if r.get("name") == name], key)
             if views:
                 entry[key] = views
+        trace = trace_means([r for r in runs if r.get("name") == name], steady)
+        if trace:
+            entry["trace"] = trace
         out[name] = entry
     exact = {
         name: [r["psnr"] for r in runs if r.get("name") == name and "psnr" in r] for name in out
@@ -541,6 +574,22 @@ def summary_line(label: str, entry: dict[str, Any], baseline: str) -> str:
         vs = entry["vs_baseline"]
         line += f", {vs['difference']:+.3f} ± {vs['se']:.3f} against {baseline}"
     return line
+
+
+def trace_line(label: str, trace: dict[int, Any]) -> str:
+    """``label`` with each traced step's mean test PSNR (and over the steady views).
+
+    Example:
+        >>> trace_line("a", {10: {"psnr": 29.5, "steady": 31.5}, 20: {"psnr": 30.0}})
+        'a: step 10 29.50 (steady 31.50), step 20 30.00'
+    """
+    parts = []
+    for step, entry in trace.items():
+        part = f"step {step} {entry['psnr']:.2f}"
+        if "steady" in entry:
+            part += f" (steady {entry['steady']:.2f})"
+        parts.append(part)
+    return f"{label}: " + ", ".join(parts)
 
 
 def screen(
@@ -776,6 +825,9 @@ def main() -> None:
         part = entry.get("steady")
         if part and "mean" in part:
             print(summary_line(f"{name:28s} {len(part['views'])} steady views", part, baseline))
+    for name, entry in summary.items():
+        if entry.get("trace"):
+            print(trace_line(f"{name:28s} trace", entry["trace"]))
     if steady and not fixed:
         unsteady = sorted(set(spread) - set(steady))
         print(f"views read far apart from run to run (SD > {args.steady_sd} dB): {unsteady}")

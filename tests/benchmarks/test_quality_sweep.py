@@ -57,6 +57,18 @@ def test_two_recipes_two_runs_each_are_summarised_against_the_baseline(tmp_path:
     assert "against plain" in done.stdout
 
 
+def test_a_traced_recipe_is_summarised_step_by_step(tmp_path: Path) -> None:
+    done, result = sweep(tmp_path, {"traced": {"config": {"eval_every": 1}}})
+    trace = result["summary"]["traced"]["trace"]  # JSON keys: the steps as text
+    assert list(trace) == ["1", "2", "3"]
+    for step, entry in trace.items():
+        values = [psnr for r in result["runs"] for s, psnr, _ in r["trace"] if s == int(step)]
+        assert entry["runs"] == 2 and entry["psnr"] == pytest.approx(sum(values) / 2, abs=2e-3)
+    # the last evaluation is of the model each run ends with
+    assert trace["3"]["psnr"] == pytest.approx(result["summary"]["traced"]["mean"], abs=2e-3)
+    assert "traced                       trace: step 1 " in done.stdout
+
+
 def test_a_failed_run_is_recorded_with_its_error(tmp_path: Path) -> None:
     args = quality_sweep.argparse.Namespace(steps=3, data=tmp_path / "missing", downscale=1)
     cmd = quality_sweep.command("plain", {}, 0, args)

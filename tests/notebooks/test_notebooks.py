@@ -246,6 +246,21 @@ def test_readme_links_resolve() -> None:
     assert not missing, f"README links to missing files: {missing}"
 
 
+def test_docs_links_resolve() -> None:
+    """Each page under docs/ links only to files that exist (relative to the page)."""
+    import re
+
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert pages
+    missing = []
+    for page in pages:
+        text = page.read_text()
+        targets = re.findall(r"\]\(([^)#\s]+)\)", text) + re.findall(r'src="([^"]+)"', text)
+        local = [t for t in targets if "://" not in t]
+        missing += [f"{page.name}: {t}" for t in local if not (page.parent / t).exists()]
+    assert not missing, f"docs link to missing files: {missing}"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
 def test_run_full_needs_a_gpu_or_allow_cpu(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert run_full.main(["--out", str(tmp_path / "runs")]) == 1

@@ -218,7 +218,7 @@ def named_views(sizes: list[tuple[int, int]]) -> list[View]:
 
 
 def test_training_state_round_trip_without_a_trainer(tmp_path: Path) -> None:
-    config = TrainConfig(steps=50, sh_degree=1, ssim_lambda=0.3)
+    config = TrainConfig(steps=50, sh_degree=1, ssim_lambda=0.3, lr_means_decay_steps=20)
     strategy = MCMCStrategy(cap_max=77)
     model = GaussianModel.from_points(torch.rand(12, 3), torch.rand(12, 3), sh_degree=1)
     optimizer = make_optimizer(model.splats, learning_rates(config, 0, 1.0))

@@ -39,6 +39,17 @@ def test_the_means_decay_over_a_shorter_horizon_when_asked() -> None:
             assert learning_rates(short, step, 3.0) == plain
 
 
+def test_the_means_decay_horizon_is_a_live_knob(make_scene) -> None:
+    from gsnb.train import Trainer
+
+    trainer = Trainer(make_scene(), TrainConfig(steps=100, device="cpu", backend="reference"))
+    trainer.run(10)
+    trainer.set(lr_means_decay_steps=5)  # from the next step on: 0.01 every 5 steps
+    trainer.run(1)
+    means = next(g for g in trainer.optimizer.param_groups if g["name"] == "means")
+    assert means["lr"] == pytest.approx(1.6e-4 * trainer.extent * 0.01 ** (10 / 5))
+
+
 def test_optimizer_groups_are_named_and_settable() -> None:
     params = {"means": nn.Parameter(torch.zeros(2, 3)), "sh0": nn.Parameter(torch.zeros(2, 1, 3))}
     opt = make_optimizer(params, {"means": 0.1, "sh0": 0.2})

@@ -334,6 +334,42 @@ def anchor_views(renders: Path, steps: int, names: list[str]) -> dict[str, float
     return views
 
 
+def unbiased_views(views: dict[str, float], psnr: float) -> tuple[dict[str, float], float]:
+    """An anchor run's per-view PSNRs from its 8-bit PNGs (:func:`anchor_views`), corrected to
+    the run's own float figure ``psnr``, and the correction.
+
+    ``simple_trainer.py`` writes each ``[photo | render]`` pair as ``(x * 255).astype(uint8)``:
+    truncation, whose error, independent of the render's, adds about the same mean square
+    ``delta`` to every view (about 5e-6, ``(0.5 ** 2 + 1 / 12) / 255 ** 2``, where the photo's
+    values survive it), and reads each view some 0.05-0.08 dB low at 32-34 dB. ``delta`` is
+    the one value that brings the views' mean PSNR, each from ``mse - delta``, to the float
+    ``psnr`` that ``simple_trainer.py`` averages itself; gsnb's per-view figures are float.
+
+    Example:
+        >>> def db(mse): return -10 * math.log10(mse)
+        >>> png = {"a": db(1e-3 + 5e-6), "b": db(4e-4 + 5e-6)}  # float mean squares + 5e-6
+        >>> fixed, delta = unbiased_views(png, (db(1e-3) + db(4e-4)) / 2)
+        >>> fixed, f"{delta:.2e}"
+        ({'a': 30.0, 'b': 33.979}, '5.00e-06')
+    """
+    if not views:
+        return {}, 0.0
+    mses = {name: 10 ** (-value / 10) for name, value in views.items()}
+    smallest = min(mses.values())
+
+    def mean_psnr(delta: float) -> float:
+        return statistics.fmean(psnr_from_mse(m - delta) for m in mses.values())
+
+    low, high = -max(mses.values()), smallest * (1 - 1e-9)
+    while mean_psnr(low) > psnr:  # mean_psnr rises with delta: widen down until below
+        low *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if mean_psnr(middle) < psnr else (low, middle)
+    delta = (low + high) / 2
+    return {name: round(psnr_from_mse(m - delta), 3) for name, m in mses.items()}, delta
+
+
 def one_run(
     cmd: list[str], log: Path, timeout: float | None = None, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -810,7 +846,10 @@ def main() -> None:
                 row = future.result() | {"name": name, "seed": seed}
                 if name == ANCHOR and "psnr" in row:
                     folder = args.anchor_work / "results" / f"sweep{seed}" / "renders"
-                    row["views"] = anchor_views(folder, args.steps, test_names)
+                    row["views_png"] = anchor_views(folder, args.steps, test_names)
+                    row["views"], row["png_mse_offset"] = unbiased_views(
+                        row["views_png"], row["psnr"]
+                    )
                 runs.append(row)
                 bar.update()
                 if "error" in row:

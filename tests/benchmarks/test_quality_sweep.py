@@ -140,16 +140,20 @@ def test_an_anchor_run_in_a_sweep_reports_each_test_views_psnr(tmp_path: Path) -
         f'{sys.executable} -c "import numpy as np; from PIL import Image; '
         "p = np.zeros((8, 16, 3), np.uint8); p[:, 8:] = 8; "
         "Image.fromarray(p).save('$R/val_step$(( $3 - 1 ))_0000.png')\"\n"
-        'echo \'{"anchor": "gsplat", "psnr": 30.07, "ssim": 0.9, "num_gaussians": 9}\'\n'
-    )
+        'echo \'{"anchor": "gsplat", "psnr": 30.2, "ssim": 0.9, "num_gaussians": 9}\'\n'
+    )  # its own float PSNR reads above the 8-bit PNG's, as truncation makes it
     _, result = sweep(
         tmp_path, {"default": {}}, "--anchor", str(fake), "--anchor-work", str(tmp_path / "w")
     )
     names = quality_sweep.held_out_names(tmp_path / "scene")
     assert len(names) == 1  # the synthetic scene of 4 views holds out its first
     anchor = [r for r in result["runs"] if r["name"] == "anchor"]
-    assert len(anchor) == 2 and all(r["views"] == {names[0]: 30.069} for r in anchor)
-    assert result["summary"]["anchor"]["views"] == {names[0]: 30.069}
+    assert len(anchor) == 2 and all(r["views_png"] == {names[0]: 30.069} for r in anchor)
+    # each view corrected by the one mean square that brings their mean to the run's figure
+    assert all(r["views"] == {names[0]: 30.2} for r in anchor)
+    offset = 10 ** (-3.0069) - 10 ** (-3.02)
+    assert all(r["png_mse_offset"] == pytest.approx(offset, rel=1e-3) for r in anchor)
+    assert result["summary"]["anchor"]["views"] == {names[0]: 30.2}
     # a count of renders other than the test views' names nothing
     assert (
         quality_sweep.anchor_views(tmp_path / "w" / "results" / "sweep0" / "renders", 3, []) == {}

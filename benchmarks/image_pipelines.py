@@ -102,6 +102,11 @@ def compare_view(view: View, factor: int, sigma: float, at_psnr: float) -> dict[
     camera = view.pipeline.camera if view.pipeline is not None else None
     if camera is None:
         raise ValueError(f"{view.name}: no camera model to rebuild gsplat's image from")
+    if view.pipeline.downscale != factor:
+        raise ValueError(
+            f"{view.name} is read from {Path(view.image_path).parent.name}/, already downscaled: "
+            "compare from the full-resolution photos (move that folder aside)"
+        )
     theirs, (x, y) = gsplat_image(Path(view.image_path), camera, factor)
     h = min(theirs.shape[0], ours.shape[0] - y)
     w = min(theirs.shape[1], ours.shape[1] - x)

@@ -64,6 +64,16 @@ def test_a_distorted_capture_is_compared_view_by_view(tmp_path: Path) -> None:
     assert "wrote" in done.stdout
 
 
+def test_photos_already_downscaled_are_refused(tmp_path: Path) -> None:
+    scene = rgb_scene(tmp_path / "s", (48, 32), k1=0.08)
+    (scene / "images_2").mkdir()
+    for file in (scene / "images").iterdir():
+        Image.open(file).resize((24, 16), Image.Resampling.BOX).save(scene / "images_2" / file.name)
+    view = load_dataset(scene, downscale=2).test[0]
+    with pytest.raises(ValueError, match="images_2/, already downscaled"):
+        image_pipelines.compare_view(view, factor=2, sigma=1.0, at_psnr=33.4)
+
+
 def test_gsplat_image_undistorts_at_the_reduced_size_and_crops() -> None:
     # a checkerboard photo through a barrel lens: the valid region is smaller than the frame
     size = (64, 48)

@@ -41,6 +41,7 @@ def test_without_distortion_or_downscale_both_versions_are_the_photo(tmp_path: P
     row = image_pipelines.compare_view(view, factor=1, sigma=1.0, at_psnr=33.4)
     assert row["psnr_between"] == math.inf and row["detail_ratio"] == 1.0
     assert row["cost_db"] == 0.0 and row["gsnb_size"] == row["gsplat_size"] == [32, 32]
+    assert row["alpha"] is False
 
 
 def test_a_distorted_capture_is_compared_view_by_view(tmp_path: Path) -> None:
@@ -61,7 +62,30 @@ def test_a_distorted_capture_is_compared_view_by_view(tmp_path: Path) -> None:
         assert row["gsplat_size"][0] <= 48 and row["gsplat_size"][1] <= 32
         assert 20 < row["psnr_between"] < 60  # the same view, made two ways
         assert 0 < row["detail_ratio"] < 2
-    assert "wrote" in done.stdout
+    assert "wrote" in done.stdout and "alpha" not in done.stdout
+
+
+def test_photos_with_alpha_are_flagged_and_a_folder_without_a_capture_refused(
+    tmp_path: Path,
+) -> None:
+    scene = make_synthetic_scene(tmp_path / "s", num_views=9, size=32, num_points=100)  # RGBA
+    script = [sys.executable, str(BENCHMARKS / "image_pipelines.py")]
+    done = subprocess.run(
+        [*script, str(scene), "--downscale", "1", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the photos have alpha" in done.stdout
+    rows = json.loads((tmp_path / "out" / "image_pipelines.json").read_text())["views"]
+    assert all(row["alpha"] for row in rows.values())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = subprocess.run(
+        [*script, str(empty), "--out", str(tmp_path / "out2")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2 and "no dataset found" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_photos_already_downscaled_are_refused(tmp_path: Path) -> None:

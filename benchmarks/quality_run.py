@@ -41,7 +41,7 @@ from PIL import Image
 from gsnb.data.dataset import load_dataset
 from gsnb.data.normalize import normalize_world
 from gsnb.train import EvalResult, TrainConfig, Trainer
-from gsnb.train.losses import psnr
+from gsnb.train.evaluation import evaluate_views
 from gsnb.train.strategy import DefaultStrategy, MCMCStrategy
 
 STRATEGIES = {"default": DefaultStrategy, "mcmc": MCMCStrategy}
@@ -68,18 +68,18 @@ def per_view(result: EvalResult) -> dict[str, float]:
 
 
 def dc_views(trainer: Trainer) -> dict[str, float]:
-    """Each test view's PSNR (dB) rendered with SH degree 0 alone, as evaluation renders and
-    measures it otherwise (clamped to [0, 1], the view's corrections applied, on the right
-    halves under the test-halves exposure protocol)."""
-    halves = trainer.corrections.metric_columns("test")
-    out = {}
-    for view in trainer.dataset.test:
-        render = trainer.render_view(view, sh_degree=0, corrected=True).rgb[0]
-        photo = view.load_image().to(render.device)
-        if halves:
-            render, photo = render[:, render.shape[1] // 2 :], photo[:, photo.shape[1] // 2 :]
-        out[view.name] = round(float(psnr(render.clamp(0.0, 1.0).float(), photo)), 3)
-    return out
+    """Each test view's PSNR (dB) rendered with SH degree 0 alone, measured as evaluation
+    measures it (:func:`gsnb.train.evaluation.evaluate_views`: clamped to [0, 1], the view's
+    corrections applied, on the right halves under the test-halves exposure protocol)."""
+    views = trainer.dataset.test
+    result = evaluate_views(
+        lambda view: trainer.render_view(view, sh_degree=0, corrected=True).rgb[0],
+        views,
+        [view.load_image().to(trainer.device) for view in views],
+        trainer.step_count,
+        right_half=trainer.corrections.metric_columns("test"),
+    )
+    return per_view(result)
 
 
 def main() -> None:

@@ -752,9 +752,11 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     started = time.monotonic()
 
-    def save() -> None:
+    def save() -> tuple[dict[str, float], list[str], dict[str, Any]]:
+        """Write the sweep so far; its view spread, steady views and summary."""
         spread = view_spread(runs)
         steady = fixed or steady_views(spread, args.steady_sd)
+        summary = summarize(runs, names, baseline, steady)
         write_json(
             args.out / "quality_sweep.json",
             {
@@ -768,7 +770,7 @@ def main() -> None:
                 "note": "runs shared one device: quality is comparable, wall_s is not a speed",
                 "view_spread": spread,
                 "steady_views": steady,
-                "summary": summarize(runs, names, baseline, steady),
+                "summary": summary,
                 **({"screening": screening} if screening else {}),
                 **(
                     {
@@ -782,6 +784,7 @@ def main() -> None:
                 "runs": runs,
             },
         )
+        return spread, steady, summary
 
     setup = args.anchor_work / "setup.json"
 
@@ -855,10 +858,7 @@ def main() -> None:
                 if "error" in row:
                     tqdm.write(f"{name} seed {seed} failed: {row['error'].splitlines()[-1:]}")
                 save()
-    save()
-    spread = view_spread(runs)
-    steady = fixed or steady_views(spread, args.steady_sd)
-    summary = summarize(runs, names, baseline, steady)
+    spread, steady, summary = save()
     for name, entry in summary.items():
         print(summary_line(f"{name:28s} {entry['runs']} runs", entry, baseline))
     for name, entry in summary.items():

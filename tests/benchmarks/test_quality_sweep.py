@@ -77,14 +77,20 @@ def test_a_failed_run_is_recorded_with_its_error(tmp_path: Path) -> None:
 
 
 def test_recipes_are_checked() -> None:
+    # a recipe measured against 3DGS's schedule keeps it under its own change
     assert quality_sweep.load_recipes("noreset")["noreset"]["strategy_kwargs"] == {
-        "opacity_reset": False
-    }
+        "opacity_reset": False, "grow_grad2d": 2e-4, "refine_stop_iter": 15_000
+    }  # fmt: skip
+    assert quality_sweep.load_recipes("3dgs")["3dgs"]["config"] == {"lr_means_decay_steps": 0}
+    assert quality_sweep.load_recipes("mcmc")["mcmc"] == {
+        "strategy": "mcmc", "config": {"lr_means_decay_steps": 0}
+    }  # fmt: skip
     with pytest.raises(ValueError, match="unknown recipes"):
         quality_sweep.load_recipes("default,nonsense")
-    assert quality_sweep.load_recipes("normalize_world")["normalize_world"] == {
-        "dataset": {"normalize_world": True}
-    }
+    assert (
+        quality_sweep.load_recipes("normalize_world")["normalize_world"]
+        == {"dataset": {"normalize_world": True}} | quality_sweep.THREE_DGS
+    )
 
 
 def test_every_named_recipe_builds_its_config_and_strategy() -> None:

@@ -3,7 +3,7 @@
 Example:
     >>> from gsnb.train import Trainer, TrainConfig, DefaultStrategy, MCMCStrategy
     >>> TrainConfig().ssim_lambda, DefaultStrategy().grow_grad2d, MCMCStrategy().cap_max
-    (0.2, 0.0002, 1000000)
+    (0.2, 0.00015, 1000000)
 """
 
 from __future__ import annotations

@@ -687,8 +687,9 @@ def demo_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         default=DEMO_STRATEGY,
         note="gsnb demo scales refine_start_iter, refine_every and refine_stop_iter to --steps, "
-        "caps MCMC at its preset count and turns the default strategy's opacity resets off "
-        "(reset_every 10**9); an option given here replaces the demo's value",
+        "caps MCMC at its preset count and sets the default strategy's reset_every to 10**9 "
+        "(no opacity reset, even with --opacity-reset, and no prune of large Gaussians); an "
+        "option given here replaces the demo's value",
     )
     add_config_options(parser, DEMO_DEFAULTS, default_text={"steps": "700 on CPU, 3000 on GPU"})
 
@@ -739,8 +740,9 @@ def demo_schedule(steps: int) -> dict[str, int]:
 
 def demo_strategy(name: str, steps: int, cap: int, **given: Any) -> Strategy:
     """The demo's strategy for a run of ``steps``: MCMC capped at ``cap`` Gaussians, or the
-    3DGS recipe without opacity resets (too short a run to recover from one); knobs ``given``
-    on the command line replace these.
+    default strategy with ``reset_every`` 10**9, so that neither an opacity reset nor the prune
+    of large Gaussians comes (too short a run to recover from one); knobs ``given`` on the
+    command line replace these.
 
     Example:
         >>> demo_strategy("mcmc", 700, 3000).cap_max

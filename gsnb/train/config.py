@@ -61,9 +61,11 @@ class TrainConfig:
         lr_means_final: factor the means' learning rate decays to, exponentially,
             by the last step (default 0.01, INRIA: 1.6e-4 to 1.6e-6). Live.
         lr_means_decay_steps: decay the means' learning rate by ``lr_means_final`` every
-            this many steps, when that is shorter than the run (default 0: once over the
-            whole run, INRIA). In a 30,000-step run, 10,000 brings it to 0.01 of its first
-            value by step 10,000 and to 1e-6 by the last. Live.
+            this many steps, when that is shorter than the run; 0: once over the whole run
+            (INRIA) (default -1: the strategy's choice, 10000 for the default strategy, 0
+            for MCMC, whose noise follows the means' rate). In a 30,000-step run, 10,000
+            brings it to 0.01 of its first value by step 10,000 and to 1e-6 by the last;
+            runs of 10,000 steps or fewer decay once over the run either way. Live.
         lr_scales: Adam learning rate of the log-scales (default 5e-3, INRIA). Live.
         lr_quats: Adam learning rate of the quaternions (default 1e-3, INRIA). Live.
         lr_opacities: Adam learning rate of the opacity logits (default 5e-2, INRIA). Live.
@@ -159,7 +161,7 @@ class TrainConfig:
     max_init_points: int = knob(0, low=0, live=False)
     lr_means: float = knob(1.6e-4, low=0.0, high=1.0, log=True)
     lr_means_final: float = knob(0.01, low=1e-6, high=1.0, log=True)
-    lr_means_decay_steps: int = knob(0, low=0)
+    lr_means_decay_steps: int = knob(-1, low=-1)
     lr_scales: float = knob(5e-3, low=0.0, high=1.0, log=True)
     lr_quats: float = knob(1e-3, low=0.0, high=1.0, log=True)
     lr_opacities: float = knob(5e-2, low=0.0, high=1.0, log=True)

@@ -28,14 +28,18 @@ ADAM_EPS = 1e-15
 """Adam's epsilon, tiny as in the 3DGS code, since scales and SH gradients are small."""
 
 
-def learning_rates(config: TrainConfig, step: int, extent: float) -> dict[str, float]:
+def learning_rates(
+    config: TrainConfig, step: int, extent: float, strategy_decay_steps: int = 0
+) -> dict[str, float]:
     """Learning rate of each parameter at ``step`` (0-based).
 
     The means' rate is ``lr_means * extent`` at step 0 and decays
     exponentially to ``lr_means_final`` times that at ``config.steps``, then
     stays there; the others are constant. With ``lr_means_decay_steps`` shorter
     than the run, it falls by ``lr_means_final`` every that many steps instead,
-    down to ``lr_means_final ** (steps / lr_means_decay_steps)`` at the last step.
+    down to ``lr_means_final ** (steps / lr_means_decay_steps)`` at the last step. A
+    negative ``lr_means_decay_steps`` (the default) stands for ``strategy_decay_steps``, the
+    strategy's choice (:attr:`gsnb.train.strategy.Strategy.lr_means_decay_steps`).
 
     Example:
         >>> from gsnb.train.config import TrainConfig
@@ -46,10 +50,16 @@ def learning_rates(config: TrainConfig, step: int, extent: float) -> dict[str, f
         >>> cfg = TrainConfig(steps=300, lr_means_decay_steps=100)
         >>> [round(learning_rates(cfg, s, 1.0)["means"] / 1.6e-4, 6) for s in (100, 300, 400)]
         [0.01, 1e-06, 1e-06]
+        >>> cfg = TrainConfig(steps=300)  # the strategy's: here every 100 steps
+        >>> round(learning_rates(cfg, 300, 1.0, strategy_decay_steps=100)["means"] / 1.6e-4, 6)
+        1e-06
     """
+    decay = config.lr_means_decay_steps
+    if decay < 0:
+        decay = strategy_decay_steps
     horizon = config.steps
-    if 0 < config.lr_means_decay_steps < config.steps:
-        horizon = config.lr_means_decay_steps
+    if 0 < decay < config.steps:
+        horizon = decay
     progress = min(step, config.steps) / horizon
     rates = {name: float(getattr(config, knob)) for name, knob in LR_KNOBS.items()}
     rates["means"] = config.lr_means * extent * config.lr_means_final**progress

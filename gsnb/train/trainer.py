@@ -452,7 +452,9 @@ class Trainer(TrainingControl):
         start = time.perf_counter()
         cfg, step = self.config, self._step
         rates = batch.scaled_rates(
-            learning_rates(cfg, step, self.extent), cfg.batch_size, cfg.batch_lr_scaling
+            learning_rates(cfg, step, self.extent, self.strategy.lr_means_decay_steps),
+            cfg.batch_size,
+            cfg.batch_lr_scaling,
         )
         set_learning_rates(self.optimizer, rates)
         group = self.process_group

@@ -146,7 +146,9 @@ def test_training_is_equivariant_to_the_scale_and_position_of_the_world(tmp_path
 
     def run(data):
         torch.manual_seed(0)
-        strategy = DefaultStrategy(refine_start_iter=3, refine_every=5, reset_every=11)
+        strategy = DefaultStrategy(
+            refine_start_iter=3, refine_every=5, reset_every=11, opacity_reset=True
+        )
         trainer = Trainer(data, TrainConfig(**config), strategy=strategy)
         return [trainer.step() for _ in range(14)], trainer
 

@@ -41,7 +41,7 @@ def test_a_change_is_queued_and_applies_at_the_next_step(make_trainer):
     controls.controls["ssim_lambda"].value = 0.5
     controls.controls["grow_grad2d"].value = 3e-4
     assert trainer.pending_knobs == {"ssim_lambda": 0.5, "grow_grad2d": 3e-4}
-    assert trainer.config.ssim_lambda == 0.2 and trainer.strategy.grow_grad2d == 2e-4
+    assert trainer.config.ssim_lambda == 0.2 and trainer.strategy.grow_grad2d == 1.5e-4
     trainer.step()
     assert trainer.config.ssim_lambda == 0.5 and trainer.strategy.grow_grad2d == 3e-4
     assert trainer.pending_knobs == {}

@@ -22,7 +22,9 @@ BASE = dict(device="cpu", backend="reference", sh_degree=1, sh_degree_interval=5
 
 def small_schedule() -> DefaultStrategy:
     """Densify at steps 4, 8, 12 and reset opacities at 9: all within a short run."""
-    return DefaultStrategy(refine_start_iter=3, refine_every=4, reset_every=9, grow_grad2d=1e-5)
+    return DefaultStrategy(
+        refine_start_iter=3, refine_every=4, reset_every=9, grow_grad2d=1e-5, opacity_reset=True
+    )
 
 
 def test_adam_settings_follow_gsplat() -> None:

@@ -42,7 +42,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(make_scene, tmp_path
         config = TrainConfig(steps=2000, sh_degree=1, sh_degree_interval=300,
                              random_background=True)  # fmt: skip
         strategy = DefaultStrategy(refine_start_iter=100, refine_every=100, reset_every=700,
-                                   grow_grad2d=0.005)  # fmt: skip
+                                   grow_grad2d=0.005, opacity_reset=True)  # fmt: skip
         return Trainer(data, config, strategy=strategy)
 
     # One run of 2000 steps that checkpoints at step 1000 (saving changes nothing) ...

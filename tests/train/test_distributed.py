@@ -44,7 +44,7 @@ def schedule(screen: bool = False) -> DefaultStrategy:
     of every process: each process sees only its own)."""
     by_screen = dict(refine_scale2d_stop_iter=STEPS, grow_scale2d=0.1, prune_scale2d=0.5)
     return DefaultStrategy(
-        refine_start_iter=3, refine_every=4, reset_every=6, grow_grad2d=2e-5,
+        refine_start_iter=3, refine_every=4, reset_every=6, grow_grad2d=2e-5, opacity_reset=True,
         **(by_screen if screen else {}),
     )  # fmt: skip
 

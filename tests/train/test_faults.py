@@ -233,7 +233,9 @@ def test_a_disk_that_fills_during_a_checkpoint_says_so_and_keeps_the_last_one(
 
 # ------------------------------------------------- a failure inside densification
 def _densifying(seed: int = 0) -> DefaultStrategy:
-    return DefaultStrategy(refine_start_iter=2, refine_every=3, grow_grad2d=1e-7, reset_every=7)
+    return DefaultStrategy(
+        refine_start_iter=2, refine_every=3, grow_grad2d=1e-7, reset_every=7, opacity_reset=True
+    )
 
 
 def _fail_once(monkeypatch, target: str, error: BaseException) -> list[int]:

@@ -50,6 +50,29 @@ def test_the_means_decay_horizon_is_a_live_knob(make_scene) -> None:
     assert means["lr"] == pytest.approx(1.6e-4 * trainer.extent * 0.01 ** (10 / 5))
 
 
+def test_by_default_the_means_decay_on_the_strategys_horizon(make_scene) -> None:
+    from gsnb.train import Trainer
+    from gsnb.train.strategy import DefaultStrategy, MCMCStrategy
+
+    assert TrainConfig().lr_means_decay_steps == -1
+    assert (DefaultStrategy.lr_means_decay_steps, MCMCStrategy.lr_means_decay_steps) == (10_000, 0)
+    run, once = TrainConfig(steps=30_000), TrainConfig(steps=30_000, lr_means_decay_steps=0)
+    assert learning_rates(run, 10_000, 3.0, 10_000)["means"] == pytest.approx(1.6e-6 * 3.0)
+    assert learning_rates(once, 10_000, 3.0, 10_000)["means"] == pytest.approx(
+        1.6e-4 * 3.0 * 0.01 ** (1 / 3)
+    )  # 0 asks for one decay over the run, whatever the strategy's choice
+
+    class EveryFive(DefaultStrategy):
+        lr_means_decay_steps = 5
+
+    for strategy, period in ((EveryFive(), 5), (MCMCStrategy(), 100)):
+        config = TrainConfig(steps=100, device="cpu", backend="reference")
+        trainer = Trainer(make_scene(), config, strategy=strategy)
+        trainer.run(10)
+        means = next(g for g in trainer.optimizer.param_groups if g["name"] == "means")
+        assert means["lr"] == pytest.approx(1.6e-4 * trainer.extent * 0.01 ** (9 / period))
+
+
 def test_optimizer_groups_are_named_and_settable() -> None:
     params = {"means": nn.Parameter(torch.zeros(2, 3)), "sh0": nn.Parameter(torch.zeros(2, 1, 3))}
     opt = make_optimizer(params, {"means": 0.1, "sh0": 0.2})

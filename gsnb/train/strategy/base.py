@@ -36,6 +36,9 @@ class Strategy:
     name: ClassVar[str] = "base"
     init_opacity: ClassVar[float] = 0.1
     init_scale: ClassVar[float] = 1.0
+    lr_means_decay_steps: ClassVar[int] = 0
+    """The means' learning-rate decay period that ``TrainConfig.lr_means_decay_steps = -1``
+    (its default) stands for; 0: one decay over the whole run."""
     absgrad: bool = False
 
     def __post_init__(self) -> None:

@@ -204,7 +204,8 @@ def test_too_large_pruned_only_after_first_reset() -> None:
 
 
 def test_opacity_reset_every_reset_every() -> None:
-    s = DefaultStrategy(reset_every=300)
+    assert not DefaultStrategy().resets_at(3000)  # off by default, as gsplat 1.5.3 runs
+    s = DefaultStrategy(reset_every=300, opacity_reset=True)
     params, opt, state = setup([0.005] * 3, [0.9, 0.5, 0.004], s)
     zero = info([(0.0, 0.0)] * 3, [True] * 3)
     counts = s.step_post_backward(params, opt, state, 300, zero, 0)
@@ -232,7 +233,7 @@ def test_without_opacity_reset_opacities_stay_and_large_ones_are_still_pruned() 
 
 
 def test_no_reset_from_refine_stop_iter_on() -> None:
-    s = DefaultStrategy(reset_every=300, refine_stop_iter=600)
+    s = DefaultStrategy(reset_every=300, refine_stop_iter=600, opacity_reset=True)
     assert s.resets_at(300) and not s.resets_at(600) and not s.resets_at(900)
 
 
@@ -347,7 +348,7 @@ def test_a_cap_grows_the_wide_gaussians_first() -> None:
 
 
 def test_a_pause_after_each_reset_refines_nothing_and_keeps_the_sums() -> None:
-    s = DefaultStrategy(pause_refine_after_reset=200)
+    s = DefaultStrategy(pause_refine_after_reset=200, opacity_reset=True)
     params, opt, state = setup([0.005, 0.005], [0.5, 0.5], s)
     zero = info([(0.0, 0.0)] * 2, [True] * 2)
     counts = s.step_post_backward(params, opt, state, 3000, zero, 0)

@@ -570,6 +570,15 @@ class TrainingState:
             )
 
 
+SAVED_BEFORE: dict[str, dict[str, Any]] = {
+    "config": {"lr_means_decay_steps": 0},
+    "default": {"opacity_reset": True, "grow_grad2d": 2e-4, "refine_stop_iter": 15_000},
+}
+"""What a setting was in a checkpoint saved before it was recorded: the behaviour of its time
+(one decay of the means' rate over the run, 3DGS's densification schedule), not today's
+default, so that an old run resumes as it began. Keyed by ``"config"`` or a strategy's name."""
+
+
 def read_training_state(path: str | os.PathLike[str]) -> TrainingState:
     """Read a trainer checkpoint and check its settings and Gaussians.
 
@@ -581,9 +590,10 @@ def read_training_state(path: str | os.PathLike[str]) -> TrainingState:
     """
     payload = read_checkpoint(path)
     try:
-        config = TrainConfig.from_dict(dict(payload["config"]))
+        config = TrainConfig.from_dict(SAVED_BEFORE["config"] | dict(payload["config"]))
         settings = dict(payload["strategy"]["settings"])
-        strategy = make_strategy(settings.pop("name"), **settings)
+        name = settings.pop("name")
+        strategy = make_strategy(name, **(SAVED_BEFORE.get(name, {}) | settings))
         model = GaussianModel(payload["splats"], payload.get("background", (0.0, 0.0, 0.0)))
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(

@@ -137,6 +137,25 @@ def test_corrupt_or_foreign_checkpoints_give_clear_errors(make_scene, tmp_path: 
         Trainer.resume_from(tmp_path / "crafted.pt", data)
 
 
+def test_a_checkpoint_saved_before_a_setting_existed_resumes_with_its_behaviour(
+    make_scene, tmp_path: Path
+) -> None:
+    data = make_scene()
+    good = Trainer(data, TrainConfig(steps=2)).save_checkpoint(tmp_path / "good.pt")
+    payload = torch.load(good, weights_only=True)
+    del payload["config"]["lr_means_decay_steps"], payload["checksum"]
+    for name in ("opacity_reset", "grow_grad2d", "refine_stop_iter"):
+        del payload["strategy"]["settings"][name]
+    torch.save(payload, tmp_path / "old.pt")
+    old = Trainer.resume_from(tmp_path / "old.pt", data)
+    assert old.config.lr_means_decay_steps == 0  # one decay over the run, as then
+    s = old.strategy
+    assert (s.opacity_reset, s.grow_grad2d, s.refine_stop_iter) == (True, 2e-4, 15_000)
+    # a setting the checkpoint holds is kept, and a new one resumes with today's default
+    again = Trainer.resume_from(good, data)
+    assert again.config.lr_means_decay_steps == -1 and not again.strategy.opacity_reset
+
+
 def test_resume_on_other_views_is_refused(make_scene, tmp_path: Path) -> None:
     data = make_scene(views=4)
     Trainer(data, TrainConfig(steps=2)).save_checkpoint(tmp_path / "c.pt")

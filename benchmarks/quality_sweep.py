@@ -72,6 +72,7 @@ from tqdm import tqdm
 
 from gsnb.train.config import TrainConfig
 from gsnb.train.losses import psnr_from_mse
+from gsnb.train.strategy.default import THREE_DGS_SCHEDULE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import environment, git_commit, write_json
@@ -82,7 +83,7 @@ ANCHOR = "anchor"  # the recipe name of gsplat's simple_trainer.py (--anchor)
 # the recipes below (no opacity reset, grow_grad2d 1.5e-4, densification to step 7,000, the
 # means' rate falling 100x every 10,000 steps; docs/quality.md)
 THREE_DGS: dict[str, Any] = {
-    "strategy_kwargs": {"opacity_reset": True, "grow_grad2d": 2e-4, "refine_stop_iter": 15_000},
+    "strategy_kwargs": dict(THREE_DGS_SCHEDULE),
     "config": {"lr_means_decay_steps": 0},
 }
 # Recipes as changes to 3DGS's schedule (what the default was when they were measured, so that

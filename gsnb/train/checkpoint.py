@@ -28,6 +28,7 @@ from gsnb.model import GaussianModel
 from gsnb.train.config import TrainConfig
 from gsnb.train.inputs import ViewOrder
 from gsnb.train.strategy import Strategy, make_strategy
+from gsnb.train.strategy.default import THREE_DGS_SCHEDULE
 from gsnb.utils.atomic import atomic_write, make_temporary
 from gsnb.utils.tensor_file import MalformedTensorFile, load_tensor_file
 
@@ -572,7 +573,7 @@ class TrainingState:
 
 SAVED_BEFORE: dict[str, dict[str, Any]] = {
     "config": {"lr_means_decay_steps": 0},
-    "default": {"opacity_reset": True, "grow_grad2d": 2e-4, "refine_stop_iter": 15_000},
+    "default": THREE_DGS_SCHEDULE,
 }
 """What a setting was in a checkpoint saved before it was recorded: the behaviour of its time
 (one decay of the means' rate over the run, 3DGS's densification schedule), not today's

@@ -41,8 +41,8 @@ class DefaultStrategy(Strategy):
     schedule they read +0.07 to +0.38 dB of test PSNR at 7,000 steps (six sweeps) and +0.10
     and +0.29 dB at 30,000 (two), with about twice the Gaussians at 7,000 steps and 1.5
     times at 30,000.
-    ``DefaultStrategy(opacity_reset=True, grow_grad2d=2e-4, refine_stop_iter=15_000)``
-    with ``TrainConfig(lr_means_decay_steps=0)`` is 3DGS's schedule.
+    ``DefaultStrategy(**THREE_DGS_SCHEDULE)`` with ``TrainConfig(lr_means_decay_steps=0)``
+    is 3DGS's schedule.
 
     Two refinements of gsplat's and nerfstudio's, off by default as in gsplat: before
     ``refine_scale2d_stop_iter``, a Gaussian whose screen radius in some view since the last
@@ -379,6 +379,20 @@ class DefaultStrategy(Strategy):
             params, optimizer, state, high & small, high & ~small, doomed, generator,
             revised_opacity=self.revised_opacity, prune=prune,
         )  # fmt: skip
+
+
+THREE_DGS_SCHEDULE: dict[str, Any] = {
+    "opacity_reset": True,
+    "grow_grad2d": 2e-4,
+    "refine_stop_iter": 15_000,
+}
+"""The :class:`DefaultStrategy` settings of 3DGS's schedule, where today's defaults differ
+(with ``TrainConfig(lr_means_decay_steps=0)``), and the defaults until 2026-12-05.
+
+Example:
+    >>> DefaultStrategy(**THREE_DGS_SCHEDULE).resets_at(3000)
+    True
+"""
 
 
 def within_cap(grow: Tensor, score: Tensor, room: int) -> Tensor:

@@ -1,15 +1,17 @@
 """The tutorial notebooks run top to bottom with small settings, and are stored without outputs.
 
 Each notebook runs through ``notebooks/run_full.py``'s :func:`run_notebook` (papermill, a
-fresh kernel of this interpreter) with the small parameters below injected after its cell
-tagged ``parameters``: the same notebooks, unedited, as a GPU machine runs with their full
-settings. Each test then checks the files the notebook wrote.
+fresh kernel of this interpreter, driven from a child process) with the small parameters
+below injected after its cell tagged ``parameters``: the same notebooks, unedited, as a GPU
+machine runs with their full settings. Each test then checks the files the notebook wrote.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,17 +90,51 @@ SMALL: dict[str, dict[str, Any]] = {
 }
 
 
+# The child that runs one notebook: papermill's kernel client lives in its own process, so
+# a crash of that client (a signal, not a notebook error) fails one test, not the session.
+CHILD = """
+import importlib.util, json, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("run_full", sys.argv[1])
+run_full = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(run_full)
+run_full.run_notebook(sys.argv[2], Path(sys.argv[3]), json.loads(sys.argv[4]), progress=False)
+"""
+
+
+def run_isolated(name: str, out_dir: Path, parameters: dict[str, Any]) -> Path:
+    """:func:`run_full.run_notebook` in a child interpreter; returns the executed notebook.
+
+    A notebook error fails with the child's last output. A child killed by a signal (the
+    Jupyter client crashing, not the notebook) is run once more before failing.
+    """
+    argv = [sys.executable, "-c", CHILD, str(NOTEBOOK_DIR / "run_full.py"), name]
+    argv += [str(out_dir.resolve()), json.dumps(parameters)]
+    for attempt in (1, 2):
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode >= 0 or attempt == 2:
+            break
+        print(f"{name}: the notebook runner died of signal {-done.returncode}; once more")
+    tail = (done.stdout + done.stderr)[-4000:]
+    assert done.returncode == 0, f"{name} failed (exit {done.returncode}):\n{tail}"
+    return out_dir / f"{name}.ipynb"
+
+
 def execute(name: str, tmp_path: Path, **extra: Any) -> tuple[Path, nbformat.NotebookNode]:
     """Run notebook ``name`` with its small settings; its files go to ``tmp_path / "files"``."""
     files = tmp_path / "files"
     parameters = SMALL[name] | {"out_dir": str(files)} | extra
-    executed = run_full.run_notebook(name, tmp_path, parameters, progress=False)
-    notebook = nbformat.read(executed, as_version=4)
+    notebook = nbformat.read(run_isolated(name, tmp_path, parameters), as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "code":
             assert cell.execution_count is not None, f"a cell of {name} did not run"
             assert not [o for o in cell.outputs if o.output_type == "error"]
     return files, notebook
+
+
+def test_a_failing_run_names_the_notebook_and_the_cause(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match=r"(?s)07_missing failed \(exit 1\).*no tutorial"):
+        run_isolated("07_missing", tmp_path, {})
 
 
 def text_of(notebook: nbformat.NotebookNode) -> str:

@@ -1,4 +1,5 @@
-"""Several training recipes, several runs each, sharing one GPU: their test PSNR side by side.
+"""Several training recipes, several runs each, sharing a GPU or several: their test PSNR side by
+side.
 
 A run's test PSNR on the fox varies by about 0.3 dB from run to run (the backward pass sums
 with float atomics, so a seed does not repeat a run on a GPU), so comparing two recipes takes
@@ -47,6 +48,14 @@ names the set instead, so that sweeps compare over the same views::
 
     python benchmarks/quality_sweep.py .device/fox --recipes default,noreset --runs 3 \\
         --steady-views 0001.jpg,0009.jpg,0022.jpg,0032.jpg,0046.jpg,0073.jpg,0084.jpg
+
+``--gpus all`` (or ``--gpus 0,1``) spreads the runs over a machine's GPUs, each run on the
+one with the fewest runs in flight (``CUDA_VISIBLE_DEVICES`` set per run; ``--parallel``
+counts them all): on 8 GPUs a sweep of 96 runs at once, 12 a GPU, takes the time one GPU
+takes for 12::
+
+    python benchmarks/quality_sweep.py .device/fox --recipes default,3dgs --gpus all \
+        --parallel 96 --runs 24 --anchor .device/anchor/run.sh --out out/sweep8
 
 On a CPU (``GSNB_RUN_DEVICE=cpu GSNB_RUN_BACKEND=reference``), a tiny scene::
 
@@ -428,6 +437,44 @@ def unbiased_views(views: dict[str, float], psnr: float) -> tuple[dict[str, floa
     return {name: round(psnr_from_mse(m - delta), 3) for name, m in mses.items()}, delta
 
 
+def gpu_list(spec: str) -> list[str]:
+    """The ``CUDA_VISIBLE_DEVICES`` entries ``--gpus`` names: none for ``""`` (every run sees
+    what the environment gives), every GPU for ``"all"`` (those ``CUDA_VISIBLE_DEVICES``
+    already names, else every one torch counts), else the comma-separated entries.
+
+    Example:
+        >>> gpu_list(""), gpu_list("0,2")
+        ([], ['0', '2'])
+    """
+    if not spec:
+        return []
+    if spec != "all":
+        return [g.strip() for g in spec.split(",") if g.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        found = [g.strip() for g in visible.split(",") if g.strip()]
+    else:
+        import torch
+
+        found = [str(i) for i in range(torch.cuda.device_count())]
+    if not found:
+        raise ValueError("--gpus all: no GPU is visible to torch")
+    return found
+
+
+def least_loaded(gpus: list[str], busy: list[str]) -> str | None:
+    """The GPU of ``gpus`` with the fewest of the runs in flight (``busy``, one entry a run),
+    the first such; None without ``gpus``.
+
+    Example:
+        >>> least_loaded(["0", "1", "2"], ["0", "1", "0"])
+        '2'
+    """
+    if not gpus:
+        return None
+    return min(gpus, key=busy.count)
+
+
 def one_run(
     cmd: list[str], log: Path, timeout: float | None = None, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -770,8 +817,18 @@ def main() -> None:
         help="comma-separated test views for the 'steady' entries instead of --steady-sd's "
         "rule, so that sweeps compare over the same views",
     )
+    parser.add_argument(
+        "--gpus",
+        default="",
+        help="spread the runs over these GPUs: 'all' or indices such as 0,1 (default: each "
+        "run sees the GPUs the environment gives)",
+    )
     parser.add_argument("--out", type=Path, default=Path("out/quality_sweep"))
     args = parser.parse_args()
+    try:
+        gpus = gpu_list(args.gpus)
+    except ValueError as exc:
+        parser.error(str(exc))
     recipes = load_recipes(args.recipes)
     if args.anchor is not None:
         if not args.anchor.is_file():
@@ -825,7 +882,8 @@ def main() -> None:
                 },
                 "recipes": recipes,
                 "baseline": baseline,
-                "note": "runs shared one device: quality is comparable, wall_s is not a speed",
+                "note": "runs shared their device: quality is comparable, wall_s is not a speed",
+                "gpus": gpus,
                 "view_spread": spread,
                 "steady_views": steady,
                 "summary": summary,
@@ -880,6 +938,7 @@ def main() -> None:
     env = os.environ | {"GS_ANCHOR_WORK": str(args.anchor_work)}
     test_names = held_out_names(args.data) if args.anchor is not None else []
     pending: dict[Future, tuple[str, int]] = {}
+    on_gpu: dict[Future, str | None] = {}
     with ThreadPoolExecutor(args.parallel) as pool, tqdm(total=len(jobs), unit="run") as bar:
         queue = list(jobs)
         while queue or pending:
@@ -896,7 +955,10 @@ def main() -> None:
                     cmd = anchor_command(args.anchor, seed, args)
                 else:
                     cmd = command(name, recipes[name], seed, args)
-                pending[pool.submit(one_run, cmd, log, args.run_timeout, env)] = (name, seed)
+                gpu = least_loaded(gpus, [g for g in on_gpu.values() if g is not None])
+                run_env = env if gpu is None else env | {"CUDA_VISIBLE_DEVICES": gpu}
+                future = pool.submit(one_run, cmd, log, args.run_timeout, run_env)
+                pending[future], on_gpu[future] = (name, seed), gpu
             if late:
                 queue.clear()
             if not pending:
@@ -904,7 +966,10 @@ def main() -> None:
             done, _ = wait(pending, timeout=5.0, return_when=FIRST_COMPLETED)
             for future in done:
                 name, seed = pending.pop(future)
+                gpu = on_gpu.pop(future)
                 row = future.result() | {"name": name, "seed": seed}
+                if gpu is not None:
+                    row["gpu"] = gpu
                 if name == ANCHOR and "psnr" in row:
                     folder = args.anchor_work / "results" / f"sweep{seed}" / "renders"
                     row["views_png"] = anchor_views(folder, args.steps, test_names)

@@ -166,6 +166,35 @@ def test_an_anchor_run_in_a_sweep_reports_each_test_views_psnr(tmp_path: Path) -
     )
 
 
+def test_runs_are_spread_over_the_named_gpus(tmp_path: Path) -> None:
+    fake = tmp_path / "run.sh"  # an anchor that says which GPUs it was given
+    fake.write_text(
+        "mkdir -p $GS_ANCHOR_WORK; touch $GS_ANCHOR_WORK/setup.json; sleep 1\n"
+        "echo gpus=$CUDA_VISIBLE_DEVICES\n"
+        'echo \'{"anchor": "gsplat", "psnr": 30.2, "ssim": 0.9, "num_gaussians": 9}\'\n'
+    )
+    options = ["--anchor", str(fake), "--anchor-work", str(tmp_path / "w")]
+    _, result = sweep(tmp_path, {"default": {}}, *options, "--gpus", "0,1", "--parallel", "4")
+    assert result["gpus"] == ["0", "1"]
+    runs = result["runs"]
+    assert len(runs) == 4 and {r["gpu"] for r in runs} == {"0", "1"}
+    for row in runs:
+        if row["name"] == "anchor":
+            log = tmp_path / "out" / "logs" / f"anchor_{row['seed']}.log"
+            assert f"gpus={row['gpu']}\n" in log.read_text()
+    assert quality_sweep.least_loaded(["0", "1"], ["1"]) == "0"
+    assert quality_sweep.least_loaded([], ["0"]) is None
+    assert quality_sweep.gpu_list(" 3, 5 ") == ["3", "5"]
+
+
+def test_all_gpus_are_those_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert quality_sweep.gpu_list("all") == ["4", "6"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(ValueError, match="no GPU is visible"):
+        quality_sweep.gpu_list("all")
+
+
 def test_a_missing_anchor_script_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "quality_sweep.py"), str(tmp_path), "--anchor",

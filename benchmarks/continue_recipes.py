@@ -10,8 +10,11 @@ continuation is deterministic: the same recipe gives the same numbers again::
     python benchmarks/continue_recipes.py RUN/checkpoint.pt --recipes default,scale2d \\
         --steps 300 --out DIR
 
-Recipes are ``quality_sweep.py``'s, and only live knobs can change in a run that has started:
-a recipe's ``strategy_kwargs`` and ``config`` are set through
+Recipes are ``quality_sweep.py``'s, each as its own change (``CHANGES``: ``noreset`` sets
+``opacity_reset`` alone, not the rest of 3DGS's schedule it was measured on, which would
+change the checkpoint's own schedule beside it; the recipe ``3dgs`` sets that schedule), and
+only live knobs can change in a run that has started: a recipe's ``strategy_kwargs`` and
+``config`` are set through
 :meth:`Trainer.set <gsnb.train.Trainer.set>`, and a recipe of another strategy, of dataset
 options or of a knob fixed at the start is refused before any step. The recipes run in turn,
 each from a fresh load of the checkpoint, in memory: nothing is written to the checkpoint's
@@ -102,7 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 1:
         parser.error("--steps must be at least 1")
-    recipes = load_recipes(args.recipes)
+    recipes = load_recipes(args.recipes, own_change=True)
     # the checkpoint's settings only: each recipe loads the whole run (and its photos) anew
     strategy = read_training_state(newest_checkpoint(args.checkpoint)).strategy.name
     try:

@@ -294,14 +294,26 @@ RECIPES: dict[str, dict[str, Any]] = {
     **{name: on_3dgs(recipe) for name, recipe in ON_3DGS.items()},
     **ON_DEFAULT,
 }
+# Each named recipe's own change, without the schedule it was measured on: what a recipe
+# changes in a run that has started from a checkpoint (continue_recipes.py)
+CHANGES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "3dgs": THREE_DGS,
+    **ON_3DGS,
+    **ON_DEFAULT,
+}
 
 
-def load_recipes(spec: str) -> dict[str, dict[str, Any]]:
+def load_recipes(spec: str, own_change: bool = False) -> dict[str, dict[str, Any]]:
     """``spec``: comma-separated names of ``RECIPES``, or the path of a JSON file of recipes.
+    With ``own_change``, a named recipe is its change alone (``CHANGES``): ``noreset`` without
+    the rest of 3DGS's schedule.
 
     Example:
         >>> sorted(load_recipes("default,noreset"))
         ['default', 'noreset']
+        >>> load_recipes("noreset", own_change=True)
+        {'noreset': {'strategy_kwargs': {'opacity_reset': False}}}
     """
     if spec.endswith(".json"):
         recipes = json.loads(Path(spec).read_text())
@@ -312,7 +324,7 @@ def load_recipes(spec: str) -> dict[str, dict[str, Any]]:
         unknown = [n for n in names if n not in RECIPES]
         if unknown:
             raise ValueError(f"unknown recipes {unknown}; known: {', '.join(RECIPES)}")
-        recipes = {n: RECIPES[n] for n in names}
+        recipes = {n: (CHANGES if own_change else RECIPES)[n] for n in names}
     for name, recipe in recipes.items():
         extra = set(recipe) - {"strategy", "strategy_kwargs", "config", "dataset"}
         if extra:

@@ -69,3 +69,17 @@ def test_a_recipe_a_started_run_cannot_take_is_refused(tmp_path: Path) -> None:
     saved = checkpoint(tmp_path)
     with pytest.raises(ValueError, match="unknown knob"):  # fixed at the start
         continue_recipes.continue_recipe(saved, {"sh_degree": 1}, 3, progress=False)
+
+
+def test_a_named_recipe_continues_as_its_own_change_alone() -> None:
+    """A recipe measured on 3DGS's schedule sets its own knob, not that whole schedule, on a
+    checkpoint of today's defaults; the recipe ``3dgs`` sets the schedule."""
+    import quality_sweep
+
+    assert set(quality_sweep.CHANGES) == set(quality_sweep.RECIPES)
+    (scale2d,) = quality_sweep.load_recipes("scale2d", own_change=True).values()
+    assert continue_recipes.live_knobs(scale2d, "default") == {"refine_scale2d_stop_iter": 4000}
+    (whole,) = quality_sweep.load_recipes("scale2d").values()  # as the sweep trains it
+    assert continue_recipes.live_knobs(whole, "default")["opacity_reset"] is True
+    (three,) = quality_sweep.load_recipes("3dgs", own_change=True).values()
+    assert continue_recipes.live_knobs(three, "default")["refine_stop_iter"] == 15000

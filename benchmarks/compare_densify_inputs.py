@@ -31,7 +31,7 @@ from gsnb.train.losses import photometric_terms
 from gsnb.train.rendering import render_model
 
 RENDERERS = ("gsnb", "gsplat")
-THRESHOLD = 2e-4  # DefaultStrategy.grow_grad2d
+THRESHOLD = 2e-4  # grow_grad2d of gsplat's DefaultStrategy and of 3DGS
 
 
 def render_view(trainer: Trainer, name: str, idx: int) -> dict[str, torch.Tensor]:

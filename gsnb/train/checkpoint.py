@@ -404,10 +404,15 @@ def training_payload(
         10
     """
     order = view_order.state()
+    settings = config.to_dict()
+    if settings["lr_means_decay_steps"] < 0:
+        # "the strategy's choice" is recorded as the period it stands for now, so that a
+        # resume keeps the decay the run trained with if that choice changes later
+        settings["lr_means_decay_steps"] = int(strategy.lr_means_decay_steps)
     return {
         "gsnb_version": __version__,
         "step": int(step),
-        "config": config.to_dict(),
+        "config": settings,
         "strategy": {"settings": strategy.to_dict(), "state": to_cpu(dict(strategy_state))},
         "splats": to_cpu(dict(model.splats.items())),
         "optimizer": to_cpu(optimizer.state_dict()),

@@ -29,8 +29,10 @@ class TrainConfig:
             between them. Each learning rate is multiplied by ``sqrt(batch_size)``, Adam's
             betas become ``1 - batch_size * (1 - beta)`` (at least 0) and its epsilon
             ``1e-15 / sqrt(batch_size)``, as gsplat's ``simple_trainer`` does. ``steps`` and
-            every schedule (``sh_degree_interval``, the strategy's) still count steps: divide
-            them by ``batch_size`` to show each view as often as a run of batch 1.
+            every schedule (``sh_degree_interval``, the strategy's, and the means' decay
+            period: the default strategy's 10,000 unless ``lr_means_decay_steps`` is set)
+            still count steps: divide them by ``batch_size`` to show each view as often as a
+            run of batch 1.
         batch_lr_scaling: how the learning rates grow with ``batch_size``: ``"sqrt"``
             (times ``sqrt(batch_size)``, gsplat's rule; the default) or ``"linear"`` (times
             ``batch_size``). On the fox (downscale 2, 7,000 views, schedules divided by the
@@ -60,12 +62,12 @@ class TrainConfig:
             scene extent (default 1.6e-4, INRIA). Live.
         lr_means_final: factor the means' learning rate decays to, exponentially,
             by the last step (default 0.01, INRIA: 1.6e-4 to 1.6e-6). Live.
-        lr_means_decay_steps: decay the means' learning rate by ``lr_means_final`` every
-            this many steps, when that is shorter than the run; 0: once over the whole run
-            (INRIA) (default -1: the strategy's choice, 10000 for the default strategy, 0
-            for MCMC, whose noise follows the means' rate). In a 30,000-step run, 10,000
-            brings it to 0.01 of its first value by step 10,000 and to 1e-6 by the last;
-            runs of 10,000 steps or fewer decay once over the run either way. Live.
+        lr_means_decay_steps: the means' rate falls by ``lr_means_final`` every this many
+            steps (0: once over the run, INRIA; default -1: the strategy's, 10000 or MCMC's 0).
+            A period as long as the run or longer decays once over it. MCMC's exploration
+            noise follows the means' rate, hence its 0. In a 30,000-step run, 10,000 brings
+            the rate to 0.01 of its first value by step 10,000 and to 1e-6 by the last. A
+            checkpoint records the period that -1 stood for. Live.
         lr_scales: Adam learning rate of the log-scales (default 5e-3, INRIA). Live.
         lr_quats: Adam learning rate of the quaternions (default 1e-3, INRIA). Live.
         lr_opacities: Adam learning rate of the opacity logits (default 5e-2, INRIA). Live.

@@ -153,7 +153,20 @@ def test_a_checkpoint_saved_before_a_setting_existed_resumes_with_its_behaviour(
     assert (s.opacity_reset, s.grow_grad2d, s.refine_stop_iter) == (True, 2e-4, 15_000)
     # a setting the checkpoint holds is kept, and a new one resumes with today's default
     again = Trainer.resume_from(good, data)
-    assert again.config.lr_means_decay_steps == -1 and not again.strategy.opacity_reset
+    assert not again.strategy.opacity_reset
+    # "the strategy's choice" (-1) is saved as the period it stood for
+    assert again.config.lr_means_decay_steps == DefaultStrategy.lr_means_decay_steps == 10_000
+
+
+def test_the_strategys_decay_period_is_saved_as_its_value(make_scene, tmp_path: Path) -> None:
+    data = make_scene()
+    mcmc = Trainer(data, TrainConfig(steps=2), strategy=MCMCStrategy())
+    assert mcmc.config.lr_means_decay_steps == -1
+    resumed = Trainer.resume_from(mcmc.save_checkpoint(tmp_path / "m.pt"), data)
+    assert resumed.config.lr_means_decay_steps == 0  # MCMC's: one decay over the run
+    chosen = Trainer(data, TrainConfig(steps=2, lr_means_decay_steps=7))
+    resumed = Trainer.resume_from(chosen.save_checkpoint(tmp_path / "c.pt"), data)
+    assert resumed.config.lr_means_decay_steps == 7
 
 
 def test_resume_on_other_views_is_refused(make_scene, tmp_path: Path) -> None:

@@ -65,7 +65,9 @@ class DefaultStrategy(Strategy):
             (default 7000; 3DGS's is 15000: at 30,000 steps on the fox, 7,000 read 0.28 dB
             higher, standard error 0.18, 9 runs a side).
         refine_every: densify and prune every this many steps (default 100, 3DGS).
-        reset_every: clamp opacities every this many steps (default 3000, 3DGS).
+        reset_every: the period of opacity resets, with ``opacity_reset`` (default 3000,
+            3DGS). With or without them, the large Gaussians are pruned after this many
+            steps.
         absgrad: accumulate the sum of absolute per-pixel gradients instead
             (AbsGS, Ye et al. 2024; raise ``grow_grad2d`` to about 8e-4) (default False).
         revised_opacity: give split children ``1 - sqrt(1 - opacity)`` so the pair
@@ -108,7 +110,7 @@ class DefaultStrategy(Strategy):
             splatfacto uses 4000).
         pause_refine_after_reset: no clone, split or prune for this many steps after each
             opacity reset, the reset step included (default 0, gsplat's; splatfacto uses the
-            number of training views plus ``refine_every``).
+            number of training views plus ``refine_every``). Only with ``opacity_reset``.
 
     Example:
         >>> from gsnb.train.strategy import DefaultStrategy

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 
 # command -> (module, function prefix, one-line help). The module defines
@@ -62,12 +64,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.serve_viewer = serve_run
     module, prefix, _ = COMMANDS[args.command]
     args.started = started
+    warnings.formatwarning = _one_line_warning
     try:
         return int(getattr(importlib.import_module(module), prefix)(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = _python_format
 
+
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    line: str | None = None,
+) -> str:
+    """gsnb's own warnings on the command line as ``warning: ...``, without the source line
+    Python shows for them; other packages' warnings as Python shows them."""
+    if category is UserWarning and f"{os.sep}gsnb{os.sep}" in filename:
+        return f"warning: {message}\n"
+    return _python_format(message, category, filename, lineno, line)
+
+
+_python_format = warnings.formatwarning
 
 if __name__ == "__main__":
     sys.exit(main())

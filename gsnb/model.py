@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from gsnb.raster import RenderResult, activate_splats, render_splats
 from gsnb.raster.sh import C0, num_sh_bases, rgb_to_sh0, sh_degree_from_bases
 from gsnb.utils.atomic import atomic_write
-from gsnb.utils.tensor_file import MalformedTensorFile, load_tensor_file
+from gsnb.utils.tensor_file import MalformedTensorFile, file_kind, load_failure, load_tensor_file
 
 SPLAT_KEYS = ("means", "quats", "scales", "opacities", "sh0", "shN")
 CHECKPOINT_FORMATS = ("gsnb-model-1", "gsnb-trainer-1")
@@ -189,13 +189,17 @@ class GaussianModel(nn.Module):
         """
         if not os.path.isfile(path):
             raise FileNotFoundError(f"checkpoint {path} does not exist")
+        kind = file_kind(path)
+        if kind is not None:
+            raise ValueError(f"{path} is not a gsnb checkpoint: it is {kind}")
         try:
             payload = load_tensor_file(path, map_location)
         except MalformedTensorFile:
             raise
         except Exception as err:
             raise ValueError(
-                f"{path} is not a readable gsnb checkpoint (truncated or corrupt: {err})"
+                f"{path} is not a readable gsnb checkpoint (truncated or corrupt: "
+                f"{load_failure(err)})"
             ) from err
         fmt = payload.get("format") if isinstance(payload, dict) else None
         if fmt not in CHECKPOINT_FORMATS:

@@ -78,9 +78,9 @@ def training_cameras(data: Any) -> Cameras:
 
 
 def load_scene(path: str | Path, device: str | torch.device | None = None) -> GaussianModel:
-    """A model from a ``.ply`` file or a gsnb checkpoint (read as data, never as code);
-    a checkpoint's as the run's own exports show it (3D filter, mean exposure:
-    :meth:`GaussianModel.load`'s ``exported``).
+    """A model from a ``.ply`` file or a gsnb checkpoint (read as data, never as code), or a
+    run folder's ``checkpoint.pt``; a checkpoint's as the run's own exports show it (3D
+    filter, mean exposure: :meth:`GaussianModel.load`'s ``exported``).
 
     Example:
         >>> import tempfile, torch
@@ -91,6 +91,12 @@ def load_scene(path: str | Path, device: str | torch.device | None = None) -> Ga
         4
     """
     path = Path(path)
+    if path.is_dir():
+        if not (path / "checkpoint.pt").is_file():
+            raise FileNotFoundError(
+                f"{path} is a folder without checkpoint.pt; name a checkpoint or PLY file"
+            )
+        path = path / "checkpoint.pt"
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint or PLY file at {path}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

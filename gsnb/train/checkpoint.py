@@ -30,7 +30,12 @@ from gsnb.train.inputs import ViewOrder
 from gsnb.train.strategy import Strategy, make_strategy
 from gsnb.train.strategy.default import THREE_DGS_SCHEDULE
 from gsnb.utils.atomic import atomic_write, make_temporary
-from gsnb.utils.tensor_file import MalformedTensorFile, load_tensor_file
+from gsnb.utils.tensor_file import (
+    MalformedTensorFile,
+    file_kind,
+    load_failure,
+    load_tensor_file,
+)
 
 if TYPE_CHECKING:
     from gsnb.data.dataset import View
@@ -266,14 +271,21 @@ def newest_checkpoint(path: str | os.PathLike[str]) -> Path:
         raise FileNotFoundError(
             f"{source} holds no checkpoint (checkpoint.pt or {HISTORY_DIR}/step_*.pt) to resume"
         )
-    problems = []
+    problems, damaged = [], []
     for candidate in candidates:
         try:
             read_checkpoint(candidate)
         except CheckpointError as err:
             problems.append(str(err))
-            warnings.warn(f"skipping a damaged checkpoint: {err}", stacklevel=2)
+            damaged.append(candidate.relative_to(source).as_posix())
             continue
+        if damaged:
+            where = candidate.relative_to(source).as_posix()
+            warnings.warn(
+                f"{', '.join(damaged)} in {source} {'is' if len(damaged) == 1 else 'are'} "
+                f"damaged; resuming from {where}, the newest intact checkpoint",
+                stacklevel=2,
+            )
         return candidate
     raise CheckpointError(f"every checkpoint in {source} is damaged: " + "; ".join(problems))
 
@@ -300,7 +312,7 @@ def read_checkpoint(path: str | os.PathLike[str], check: bool = True) -> dict[st
     source = Path(path)
     if not source.is_file():
         raise FileNotFoundError(f"checkpoint {source} does not exist")
-    kind = _file_kind(source)
+    kind = file_kind(source)
     if kind is not None:
         raise CheckpointError(
             f"{source} is not a gsnb checkpoint: it is {kind}. A run resumes from the "
@@ -311,9 +323,8 @@ def read_checkpoint(path: str | os.PathLike[str], check: bool = True) -> dict[st
     except MalformedTensorFile as err:
         raise CheckpointError(str(err)) from err
     except Exception as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(
-            f"{source} is not a readable checkpoint (truncated or corrupt: {reason[:200]}); "
+            f"{source} is not a readable checkpoint (truncated or corrupt: {load_failure(err)}); "
             "use an earlier checkpoint or train again"
         ) from err
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
@@ -336,22 +347,6 @@ def read_checkpoint(path: str | os.PathLike[str], check: bool = True) -> dict[st
             f"{HISTORY_DIR}/, or --resume FOLDER picks the newest intact one)"
         )
     return payload
-
-
-def _file_kind(source: Path) -> str | None:
-    """What ``source`` is when it is plainly not a checkpoint (a zip file), else None."""
-    try:
-        with open(source, "rb") as handle:
-            head = handle.read(8)
-    except OSError:
-        return None
-    if head.startswith(b"PK"):
-        return None
-    if head.startswith(b"ply"):
-        return "a PLY file (exported Gaussians)"
-    if head.startswith(b"\x80"):
-        return "a pickle, which gsnb never loads"
-    return f"a file of another format (it starts with {head[:4]!r})"
 
 
 def _poses(views: Sequence[View]) -> Tensor:

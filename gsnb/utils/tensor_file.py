@@ -122,6 +122,47 @@ def load_tensor_file(path: str | os.PathLike[str], map_location: Any = "cpu") ->
     return _moved(payload, torch.device(map_location))
 
 
+def file_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it is plainly not a file of tensors (``torch.save`` writes a zip
+    archive), in words; None for a zip archive or a file that cannot be opened.
+
+    Example:
+        >>> import tempfile
+        >>> path = tempfile.mkdtemp() + "/notes.pt"
+        >>> _ = open(path, "w").write('{"a": 1}')
+        >>> print(file_kind(path))
+        a file of another format (it starts with b'{"a"')
+    """
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+    except OSError:
+        return None
+    if head.startswith(b"PK"):
+        return None
+    if head.startswith(b"ply"):
+        return "a PLY file (exported Gaussians)"
+    if head.startswith(b"\x80"):
+        return "a pickle, which gsnb never loads"
+    return f"a file of another format (it starts with {head[:4]!r})"
+
+
+def load_failure(err: BaseException) -> str:
+    """Why ``torch.load`` could not read a file, in one short clause: its first sentence,
+    without its advice to load the file as code.
+
+    Example:
+        >>> load_failure(RuntimeError("PytorchStreamReader failed reading zip archive: "
+        ...     "failed finding central directory. This is an internal miniz error."))
+        'PytorchStreamReader failed reading zip archive: failed finding central directory'
+    """
+    text = str(err).strip()
+    if text.startswith("Weights only load failed"):
+        return "it holds objects other than tensors and plain data, which gsnb never loads"
+    first = text.split(". ")[0].splitlines()[0].rstrip(".") if text else type(err).__name__
+    return first if len(first) <= 200 else first[:199] + "…"
+
+
 def _moved(payload: Any, device: torch.device) -> Any:
     """``payload`` with each tensor on ``device`` (after the check, so each copy is bounded)."""
     if isinstance(payload, Tensor):

@@ -41,8 +41,36 @@ def test_export_errors_are_one_clear_line(tmp_path, capsys):
     assert "no checkpoint or PLY file at" in capsys.readouterr().err
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     assert main(["export", str(tmp_path / "junk.pt"), "--ply", str(tmp_path / "x.ply")]) == 1
-    assert "not a readable gsnb checkpoint" in capsys.readouterr().err
+    assert "junk.pt is not a gsnb checkpoint: it is a file of another format" in (
+        capsys.readouterr().err
+    )
     assert sorted(os.listdir(tmp_path)) == ["junk.pt"]
+
+
+def test_a_damaged_checkpoint_is_named_without_torchs_advice(tmp_path, small_model, capsys):
+    small_model.save(tmp_path / "model.pt")
+    whole = (tmp_path / "model.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(whole[: len(whole) // 2])
+    assert main(["export", str(tmp_path / "cut.pt"), "--ply", str(tmp_path / "x.ply")]) == 1
+    err = capsys.readouterr().err
+    assert "cut.pt is not a readable gsnb checkpoint (truncated or corrupt: " in err
+    assert "miniz" not in err and err.count("\n") == 1
+    # a zip of code (a pickled object): never loaded, and no advice to load it as code
+    torch.save({"format": "x", "obj": argparse.Namespace(a=1)}, tmp_path / "code.pt")
+    assert main(["export", str(tmp_path / "code.pt"), "--ply", str(tmp_path / "x.ply")]) == 1
+    err = capsys.readouterr().err
+    assert "objects other than tensors and plain data, which gsnb never loads" in err
+    assert "weights_only" not in err and err.count("\n") == 1
+
+
+def test_export_of_a_run_folder_takes_its_checkpoint(tmp_path, small_model, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    assert main(["export", str(run), "--ply", str(tmp_path / "x.ply")]) == 1
+    assert "run is a folder without checkpoint.pt" in capsys.readouterr().err
+    small_model.save(run / "checkpoint.pt")
+    assert main(["export", str(run), "--ply", str(tmp_path / "x.ply")]) == 0
+    assert read_ply(tmp_path / "x.ply")["means"].shape[0] == small_model.num_gaussians
 
 
 def test_video_of_a_ply_along_an_orbit(tmp_path, small_model):

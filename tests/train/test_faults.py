@@ -299,11 +299,19 @@ def test_a_flipped_byte_is_refused_and_a_folder_resume_takes_the_previous_checkp
     (out / "checkpoint.pt").write_bytes(bytes(raw))
     with pytest.raises(CheckpointError, match="is corrupt: its checksum does not match"):
         read_checkpoint(out / "checkpoint.pt")
-    with pytest.warns(UserWarning, match="skipping a damaged checkpoint"):
+    with pytest.warns(UserWarning, match=r"checkpoint.pt in .* is damaged; resuming from "
+                      r"checkpoints/step_0000006.pt, the newest intact checkpoint"):  # fmt: skip
         assert newest_checkpoint(out) == out / "checkpoints" / "step_0000006.pt"
     (out / "checkpoints" / "step_0000006.pt").write_bytes(bytes(raw))
-    with pytest.warns(UserWarning, match="skipping a damaged checkpoint"):
+    with pytest.warns(UserWarning, match=r"checkpoint.pt, checkpoints/step_0000006.pt in .* "
+                      r"are damaged; resuming from checkpoints/step_0000003.pt"):  # fmt: skip
         assert Trainer.resume_from(out).step_count == 3
+    # on the command line: one line, no source path
+    command = [sys.executable, "-m", "gsnb.cli", *_cli(scene, out, "--steps", "4")]
+    done = subprocess.run([*command, "--resume", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "warning: checkpoint.pt, checkpoints/step_0000006.pt in" in done.stderr
+    assert "UserWarning" not in done.stderr and ".py:" not in done.stderr
 
 
 def test_a_ply_given_to_resume_is_named_as_such(scene: Path, tmp_path: Path, capsys) -> None:

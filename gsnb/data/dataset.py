@@ -285,7 +285,7 @@ def _read_files(root: Path, downscale: int = 1) -> SceneFiles:
     if root.is_file():
         if root.suffix == ".json":
             return read_transforms_scene(root, downscale=downscale)
-        raise ValueError(f"{root} is a file but not a transforms.json; pass the dataset folder")
+        raise ValueError(f"{root} is {_not_a_dataset(root)}")
     model = find_colmap_model(root)
     if model is not None:
         return read_colmap_scene(root, model, downscale)
@@ -294,8 +294,25 @@ def _read_files(root: Path, downscale: int = 1) -> SceneFiles:
         return read_transforms_scene(*transforms, downscale=downscale)
     raise FileNotFoundError(
         f"no dataset found in {root}: expected a COLMAP model (sparse/0/cameras.bin or .txt) "
-        "or a transforms.json"
+        f"or a transforms.json{_not_a_dataset(root)}"
     )
+
+
+def _not_a_dataset(root: Path) -> str:
+    """What to do with ``root``, a file that is not a transforms.json or a folder without
+    cameras: ``gsnb process`` for a video or photos, else pass the dataset folder."""
+    from gsnb.data.sfm.frames import is_video, list_photos  # only on this error's path
+
+    def process(source: Path) -> str:
+        return f"`gsnb process {source} --out SCENE` finds the cameras; then train on SCENE"
+
+    if root.is_file():
+        if is_video(root):
+            return f"a video, not a posed dataset: {process(root)}"
+        return "a file but not a transforms.json; pass the dataset folder"
+    folders = [root, root / "images"] if root.is_dir() else []
+    photos = next((f for f in folders if f.is_dir() and list_photos(f)), None)
+    return f"; it holds photos without cameras: {process(photos)}" if photos else ""
 
 
 def _test_ids(names: list[str], test_every: int, test_names: set[str] | None) -> list[int]:

@@ -139,3 +139,16 @@ def test_nothing_to_read(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(ValueError, match=r"not a transforms.json"):
         load_dataset(tmp_path / "notes.txt")
+
+
+def test_photos_or_a_video_without_cameras_point_to_gsnb_process(tmp_path: Path) -> None:
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "a.jpg").write_bytes(b"")
+    with pytest.raises(FileNotFoundError) as found:
+        load_dataset(tmp_path)
+    assert f"photos without cameras: `gsnb process {tmp_path / 'images'} --out SCENE`" in str(
+        found.value
+    )
+    (tmp_path / "walk.MP4").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"walk.MP4 is a video, not a posed dataset: `gsnb pro"):
+        load_dataset(tmp_path / "walk.MP4")

@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 import time
 import warnings
 from collections.abc import Sequence
+from types import FrameType
 
 # command -> (module, function prefix, one-line help). The module defines
 # ``<prefix>_arguments(parser)`` and ``<prefix>(args) -> int``.
@@ -65,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     module, prefix, _ = COMMANDS[args.command]
     args.started = started
     warnings.formatwarning = _one_line_warning
+    # SIGTERM (kill, docker stop, a scheduler's preemption) as Ctrl-C: a training run stops
+    # at the next step boundary and writes its checkpoint
+    terminate = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         return int(getattr(importlib.import_module(module), prefix)(args) or 0)
     except KeyboardInterrupt:
@@ -72,6 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         warnings.formatwarning = _python_format
+        signal.signal(signal.SIGTERM, terminate)
+
+
+def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM's handler: say so, and deliver SIGINT, which the training loop handles."""
+    print("gsnb: terminated (SIGTERM): stopping as for Ctrl-C", file=sys.stderr, flush=True)
+    signal.raise_signal(signal.SIGINT)
 
 
 def _one_line_warning(

@@ -56,6 +56,26 @@ def _same_model(a: Path, b: Path) -> None:
             assert torch.equal(state_a[key][moment], state_b[key][moment])
 
 
+# ------------------------------------------------------------------ kill (SIGTERM)
+def test_sigterm_stops_as_ctrl_c_does_with_a_checkpoint(scene: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "gsnb.cli", *_cli(scene, out, "--steps", "100000")]
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    for line in process.stdout:  # the line before the steps start
+        if "renderer:" in line:
+            break
+    time.sleep(2.0)  # in the steps
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert "terminated (SIGTERM)" in err and "--resume" in err
+    saved = read_checkpoint(out / "checkpoint.pt")
+    assert 0 < saved["step"] < 100000
+
+
 # ------------------------------------------------------------------ kill -9
 def test_kill_9_at_random_moments_leaves_a_checkpoint_that_resumes_exactly(
     scene: Path, tmp_path: Path

@@ -406,6 +406,11 @@ def resume_run(
         if getattr(args, name, None) is not None
     }
     checked = dataclasses.replace(trainer.config, **given)  # the knobs' ranges apply
+    if checked.steps < trainer.step_count:
+        raise ValueError(
+            f"--steps {checked.steps} is below the step the checkpoint holds "
+            f"({trainer.step_count}): a resumed run trains on to --steps; give more"
+        )
     for name in given:
         setattr(trainer.config, name, getattr(checked, name))
     return trainer

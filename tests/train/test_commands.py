@@ -14,6 +14,7 @@ from gsnb.cli import main
 from gsnb.data.synthetic import make_synthetic_scene
 from gsnb.export.ply import read_ply
 from gsnb.train import Trainer, commands
+from gsnb.train.checkpoint import read_checkpoint
 
 
 def test_demo_writes_checkpoint_ply_and_video(tmp_path: Path, capsys) -> None:
@@ -44,6 +45,10 @@ def test_train_then_resume_to_more_steps(tmp_path: Path, capsys) -> None:
     assert first["steps"] == 4 and first["test"]["views"] == 2  # views 0 and 8
     assert main(["train", *common, "--steps", "6", "--resume", str(out / "checkpoint.pt")]) == 0
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
+    capsys.readouterr()
+    assert main(["train", *common, "--steps", "3", "--resume", str(out)]) == 1
+    assert "--steps 3 is below the step the checkpoint holds (6)" in capsys.readouterr().err
+    assert read_checkpoint(out / "checkpoint.pt")["step"] == 6  # the run folder as it was
 
 
 def test_train_without_steps_uses_the_default(tmp_path: Path, monkeypatch) -> None:

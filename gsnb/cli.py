@@ -16,6 +16,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from types import FrameType
+from typing import NoReturn
 
 # command -> (module, function prefix, one-line help). The module defines
 # ``<prefix>_arguments(parser)`` and ``<prefix>(args) -> int``.
@@ -31,13 +32,19 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and where to look, not the whole usage
+    (``gsnb train``'s runs to dozens of lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; only the ``chosen`` command's module is imported."""
-    parser = argparse.ArgumentParser(
-        prog="gsnb", description="3D Gaussian Splatting from a Jupyter notebook."
-    )
+    parser = _Parser(prog="gsnb", description="3D Gaussian Splatting from a Jupyter notebook.")
     parser.add_argument("--version", action="store_true", help="print gsnb's version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (module, prefix, text) in COMMANDS.items():
         command_parser = sub.add_parser(name, help=text, description=text)
         if name == chosen:

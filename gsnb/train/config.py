@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from gsnb.train.knobs import check_fields, knob
+from gsnb.train.knobs import as_options, check_fields, knob
 
 
 @dataclass
@@ -253,4 +253,7 @@ class TrainConfig:
         """
         names = {f.name for f in dataclasses.fields(cls)}
         given = {k: v for k, v in vars(args).items() if k in names and v is not None}
-        return cls(**(dict(defaults or {}) | given | overrides))
+        try:
+            return cls(**(dict(defaults or {}) | given | overrides))
+        except ValueError as err:  # named as the options were given
+            raise as_options(err) from err

@@ -206,6 +206,24 @@ def check_value(k: Knob, value: Any) -> Any:
     return value
 
 
+def as_options(err: ValueError) -> ValueError:
+    """``err`` as a command line reads it: each ``knob name=value`` becomes ``--name value``
+    and each other ``knob name`` becomes ``--name``.
+
+    Example:
+        >>> str(as_options(ValueError("knob downscale=0 is outside its range [1, inf]")))
+        '--downscale 0 is outside its range [1, inf]'
+        >>> str(as_options(ValueError("knob rasterize_mode takes one of ['classic']")))
+        "--rasterize-mode takes one of ['classic']"
+    """
+
+    def option(match: re.Match) -> str:
+        name = "--" + match[1].replace("_", "-")
+        return name if match[2] is None else f"{name} {match[2]}"
+
+    return ValueError(re.sub(r"\bknob (\w+)(?:=(\S+))?", option, str(err)))
+
+
 def check_fields(obj: Any, group: str = "train") -> None:
     """Validate (and convert in place) every knob field of the dataclass instance ``obj``,
     then the order its ``ORDERED`` pairs require (:func:`check_order`).

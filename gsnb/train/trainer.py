@@ -1267,7 +1267,10 @@ def _resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu' or 'auto'")
+        raise ValueError(
+            "device 'cuda' asked for, but torch sees no CUDA device; train on the CPU with "
+            "device 'cpu' (--device cpu) or let 'auto' choose"
+        )
     return torch.device(name)
 
 

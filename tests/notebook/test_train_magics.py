@@ -65,7 +65,7 @@ def test_bad_input_is_a_usage_error(shell, tmp_path):
 
 
 def test_bad_settings_are_usage_errors(shell, scene_root):
-    with pytest.raises(UsageError, match=r"knob steps=0 is outside its range"):
+    with pytest.raises(UsageError, match=r"--steps 0 is outside its range"):
         shell.run_line_magic("gs_train", f"{scene_root} --steps 0 {QUICK}")
     with pytest.raises(UsageError, match=r"no training view named 'nope\.png'"):
         shell.run_line_magic("gs_train", f"{scene_root} --camera nope.png {QUICK}")

@@ -460,4 +460,4 @@ def test_a_resume_from_an_earlier_checkpoint_drops_the_abandoned_branch(
     assert read_checkpoint(newest_checkpoint(out))["step"] == 5
     capsys.readouterr()
     assert main(_cli(scene, out, "--resume", str(out), "--keep-checkpoints", "0")) == 1
-    assert "knob keep_checkpoints=0 is outside its range" in capsys.readouterr().err
+    assert "--keep-checkpoints 0 is outside its range" in capsys.readouterr().err

@@ -265,6 +265,12 @@ def build_extension(
         diagnoses = [c.diagnosis for c in failures if c.diagnosis is not None]
         extra = [f"{c.name}: {c.note}" for c in failures if c.diagnosis is None]
         diagnoses += [diagnose("compile-error", line=e) for e in extra if not diagnoses]
+        if env.cpu_only:  # no GPU here at all: the CPU renderer needs no build
+            raise BuildError(
+                "nothing to build for this machine, which has no NVIDIA GPU (gsnb trains and "
+                "renders on the CPU with its PyTorch renderer)",
+                diagnoses,
+            )
         raise BuildError("cannot build", diagnoses)
     jobs = jobs or default_jobs(host)
     request = _request(env, plan, sources_dir, jobs, notes)

@@ -86,7 +86,7 @@ class Environment:
                 f"{host.system} {platform.machine()}, Python {platform.python_version()}",
                 "info",
             ),
-            rules.check_torch(self.torch_version, self.torch_cuda),
+            rules.check_torch(self.torch_version, self.torch_cuda, not self.cpu_only),
             self._gpu_check()
             if not self.cpu_only
             else Check("GPU", "none", "info", "neither torch nor nvidia-smi sees an NVIDIA GPU"),

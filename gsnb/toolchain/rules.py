@@ -155,8 +155,17 @@ def arch_support(arch: tuple[int, int], nvcc: tuple[int, ...]) -> str | None:
     return None
 
 
-def check_torch(torch_version: str, torch_cuda: str | None) -> Check:
-    """torch must be a CUDA build."""
+def check_torch(torch_version: str, torch_cuda: str | None, machine_has_gpu: bool = True) -> Check:
+    """torch must be a CUDA build, where the machine has an NVIDIA GPU to build for.
+
+    Example:
+        >>> check_torch("2.13.0+cpu", None, machine_has_gpu=False).status
+        'info'
+    """
+    if torch_cuda is None and not machine_has_gpu:
+        return Check(
+            "torch", torch_version, "info", "CPU-only build: enough on a machine without GPU"
+        )
     if torch_cuda is None:
         return Check(
             "torch",

@@ -57,3 +57,24 @@ def test_a_gpu_nvidia_smi_sees_but_torch_does_not_is_a_problem(
     assert not report.environment.cpu_only
     assert report.exit_code == EXIT_PROBLEM
     assert any(c.name == "GPU" and c.status == "fail" for c in report.checks)
+
+
+def test_a_cpu_build_of_torch_is_right_on_a_machine_without_a_gpu(
+    no_gpu: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", None)
+    report = DoctorReport(environment.discover(cache_dir=tmp_path))
+    (check,) = [c for c in report.checks if c.name == "torch"]
+    assert check.status == "info" and "CPU-only build" in check.note
+    assert report.exit_code == EXIT_CPU_ONLY
+
+
+def test_build_without_a_gpu_says_there_is_nothing_to_build(
+    no_gpu: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["build", "--cache-dir", str(tmp_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gsnb build: nothing to build for this machine, which has no NVIDIA GPU")
+    assert "--arch" in err  # and how to compile for another machine's

@@ -78,6 +78,8 @@ def fetch(
         ['.complete', 'SOURCE.md', 'images', 'transforms.json']
     """
     sample = _sample(name)
+    if source is not None and not Path(source).exists():  # even when nothing is missing
+        raise FetchError(f"{source} does not exist; give a folder or a .zip/.tar archive")
     target = Path(folder) if folder is not None else data_dir() / name
     if (target / DONE).is_file() and _sizes_match(sample, target):
         return target
@@ -94,7 +96,8 @@ def fetch(
                 _copy_from(sample, Path(source), target, missing, advance)
             else:
                 for path, size, digest in missing:
-                    _download(sample.url(path), target / path, size, digest, timeout, advance)
+                    url = sample.url(path)
+                    _download(url, target / path, size, digest, timeout, advance, name)
     try:
         _write_note(sample, target)
         (target / DONE).write_text("every file present and checked (SHA-256)\n")
@@ -151,7 +154,13 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
 
 
 def _download(
-    url: str, path: Path, size: int, digest: str, timeout: float, advance: Callable[[int], None]
+    url: str,
+    path: Path,
+    size: int,
+    digest: str,
+    timeout: float,
+    advance: Callable[[int], None],
+    name: str = "NAME",
 ) -> None:
     """``url`` into ``path``: appended to ``path.part`` (resumed), checked, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -179,7 +188,7 @@ def _download(
             raise FetchError(
                 f"could not download {url}: {reason}. Run the same command again to resume "
                 "(finished files are kept); without a network, give a copy of the sample: "
-                "gsnb fetch NAME --from FOLDER_OR_ARCHIVE"
+                f"gsnb fetch {name} --from FOLDER_OR_ARCHIVE"
             ) from err
     _accept(part, path, size, digest, url)
 

@@ -109,7 +109,15 @@ def test_no_network_says_how_to_resume_or_use_a_copy(sample, server, tmp_path, c
     server.files.clear()
     code = cli.main(["fetch", "tiny", "--dir", str(tmp_path / "t"), "--no-progress"])
     err = capsys.readouterr().err
-    assert code == 1 and "could not download" in err and "--from" in err
+    assert code == 1 and "could not download" in err and "gsnb fetch tiny --from" in err
+
+
+def test_a_copy_that_does_not_exist_is_refused_even_when_nothing_is_missing(
+    sample, server, tmp_path
+) -> None:
+    download.fetch("tiny", folder=tmp_path / "t", progress=False)
+    with pytest.raises(download.FetchError, match=r"nowhere does not exist"):
+        download.fetch("tiny", folder=tmp_path / "t", source=tmp_path / "nowhere", progress=False)
 
 
 def _copy_tree(root: Path) -> Path:

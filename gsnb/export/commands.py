@@ -394,13 +394,42 @@ def video(args: argparse.Namespace) -> int:
         1
     """
     try:
+        options = VideoOptions.from_args(args)
         model = load_scene(args.scene, args.device)
-        out = make_video(model, args.out, VideoOptions.from_args(args))
+        note = cpu_note(model, options)
+        if note:
+            print(f"gsnb video: {note}", file=sys.stderr)
+        out = make_video(model, args.out, options)
     except (OSError, ValueError) as err:
         print(f"gsnb video: error: {err}", file=sys.stderr)
         return 1
     print(f"wrote {out}")
     return 0
+
+
+def cpu_note(model: GaussianModel, options: VideoOptions) -> str | None:
+    """What to know before rendering ``options``' frames on the CPU at more than 960x540, the
+    size of the render itself (``render_size``, else ``size``, else 1920x1080 without data);
+    None on a GPU or for small frames.
+
+    Example:
+        >>> import torch
+        >>> model = GaussianModel.from_points(torch.rand(5, 3), torch.rand(5, 3))
+        >>> cpu_note(model, VideoOptions(size=(1920, 1080)))[:40]
+        'rendering 120 frames of 1920x1080 on the'
+        >>> cpu_note(model, VideoOptions(size=(1920, 1080), render_size=(640, 360))) is None
+        True
+    """
+    device = torch.device(options.device) if options.device else model.splats["means"].device
+    rendered = options.render_size or options.size or (None if options.data else DEFAULT_SIZE)
+    if device.type != "cpu" or rendered is None or rendered[0] * rendered[1] <= 960 * 540:
+        return None
+    width, height = rendered
+    return (
+        f"rendering {options.frames} frames of {width}x{height} on the CPU takes a second or "
+        "more each; --render-size 960x540 renders a quarter of the pixels (or fewer, "
+        "--frames) and lanczos-upscales them to --size"
+    )
 
 
 def _even(size: tuple[int, int]) -> tuple[int, int]:

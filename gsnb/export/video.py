@@ -92,7 +92,8 @@ def write_video(
         The written path.
 
     Raises:
-        ValueError: bad ``fps``/``quality``, no frames, odd or changing frame size.
+        ValueError: a name other than ``.mp4``, bad ``fps``/``quality``, no frames, odd or
+            changing frame size.
         OSError: the folder is missing or not writable (nothing is left behind).
 
     Example:
@@ -110,6 +111,10 @@ def write_video(
     if not 0 <= quality <= 10:
         raise ValueError(f"quality must lie in [0, 10] (imageio's scale), got {quality}")
     target = Path(path)
+    if target.suffix.lower() != ".mp4":
+        raise ValueError(
+            f"{target}: the video is H.264 in an MP4 container; give the file a .mp4 name"
+        )
     count, shape = 0, None
     with _temporary_file_beside(target, suffix=".mp4") as tmp:
         writer = imageio.get_writer(

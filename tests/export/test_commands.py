@@ -83,6 +83,17 @@ def test_video_of_a_ply_along_an_orbit(tmp_path, small_model):
     assert _frames(out) == 5
 
 
+def test_video_on_the_cpu_at_full_hd_says_how_to_make_it_faster(tmp_path, small_model, capsys):
+    write_ply(tmp_path / "scene.ply", small_model.splats)
+    args = ["video", str(tmp_path / "scene.ply"), "--device", "cpu", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "o.avi")]) == 1  # refused before rendering
+    err = capsys.readouterr().err
+    assert "rendering 120 frames of 1920x1080 on the CPU" in err and "--render-size" in err
+    assert "the video is H.264 in an MP4 container" in err
+    assert main([*args, *SMALL, "--frames", "2", "--out", str(tmp_path / "o.mp4")]) == 0
+    assert "on the CPU" not in capsys.readouterr().err
+
+
 def test_video_along_keyframes(tmp_path, small_model):
     small_model.save(tmp_path / "model.pt")
     spec = {"keyframes": [{"position": [0, -0.5, -3], "look_at": [0, 0, 0]},

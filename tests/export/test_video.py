@@ -115,3 +115,13 @@ def test_video_gets_the_permissions_open_would_give(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "shared.mp4").stat().st_mode) == 0o644
+
+
+def test_a_name_other_than_mp4_is_refused_before_any_frame(tmp_path):
+    def never():
+        raise AssertionError("no frame is rendered")
+        yield
+
+    with pytest.raises(ValueError, match=r"o.avi: the video is H.264 in an MP4 container"):
+        write_video(tmp_path / "o.avi", never(), progress=False)
+    assert os.listdir(tmp_path) == []

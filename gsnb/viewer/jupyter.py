@@ -15,6 +15,7 @@ port.
 from __future__ import annotations
 
 import html
+import importlib.util
 import json
 import os
 import urllib.error
@@ -25,10 +26,7 @@ from typing import Any
 
 from gsnb.viewer.access import socket_path
 
-HINT = (
-    "to see the viewer from a remote notebook, pip install jupyter-server-proxy and restart "
-    "the Jupyter server (or forward the port: ssh -L {port}:127.0.0.1:{port} HOST)"
-)
+FORWARD = "forward the port: ssh -L {port}:127.0.0.1:{port} HOST"
 
 
 @dataclass(frozen=True)
@@ -198,8 +196,30 @@ def viewer_display(
     server = find_server() if host in ("127.0.0.1", "localhost", "0.0.0.0") else None
     if server is not None and proxy_works(server, port):
         return HTML(proxy_embed_html(server, port, secret, height)), None
-    note = f"gsnb viewer: {url} (this machine only); " + HINT.format(port=port)
+    note = f"gsnb viewer: {url} (this machine only); " + remote_hint(server, port)
     return IFrame(url, width="100%", height=height), note
+
+
+def remote_hint(server: JupyterServer | None, port: int) -> str:
+    """How a browser on another machine reaches a viewer on ``port`` that the Jupyter server
+    ``server`` (None: no server runs this kernel) does not proxy.
+
+    Example:
+        >>> remote_hint(None, 8080)[:60]
+        'no Jupyter server runs this kernel (an editor, papermill): f'
+    """
+    forward = FORWARD.format(port=port)
+    if server is None:
+        return f"no Jupyter server runs this kernel (an editor, papermill): {forward}"
+    if importlib.util.find_spec("jupyter_server_proxy") is None:
+        return (
+            "to see it from a remote notebook, pip install jupyter-server-proxy and restart "
+            f"the Jupyter server (or {forward})"
+        )
+    return (
+        "the Jupyter server does not proxy it: restart the server so that "
+        f"jupyter-server-proxy (installed) loads (or {forward})"
+    )
 
 
 def show_viewer(url: str, host: str, port: int, secret: str, height: int = 600) -> None:

@@ -78,3 +78,17 @@ def test_the_embed_builds_its_urls_from_the_browsers_location():
     assert 'new URL("/user/ada/proxy/4242/", window.location.href)' in html
     assert '"gsnb-s3cret"' in html and "height:300px" in html
     assert "127.0.0.1" not in html
+
+
+def test_the_remote_hint_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from gsnb.viewer.jupyter import remote_hint
+
+    assert remote_hint(None, 81).startswith("no Jupyter server runs this kernel")
+    assert "ssh -L 81:127.0.0.1:81 HOST" in remote_hint(None, 81)
+    server = JupyterServer("http://127.0.0.1:8888/", "/")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert "pip install jupyter-server-proxy" in remote_hint(server, 81)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    assert "jupyter-server-proxy (installed) loads" in remote_hint(server, 81)

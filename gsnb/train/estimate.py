@@ -128,8 +128,8 @@ class RunTimeEstimate:
             self.say(
                 f"warning: this CPU run will take {duration_text(projected)} or more. A GPU "
                 "trains the same scene in minutes (gsnb doctor says what the CUDA build needs); "
-                "on the CPU, fewer steps and smaller images finish sooner, e.g. --steps 2000 "
-                "--downscale 8"
+                "on the CPU, fewer steps and smaller images finish sooner: --steps 300 "
+                "--downscale 16 trained the fox in 4 min on 2 cores"
             )
 
 

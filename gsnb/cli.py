@@ -12,6 +12,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -76,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning
     # SIGTERM (kill, docker stop, a scheduler's preemption) as Ctrl-C: a training run stops
     # at the next step boundary and writes its checkpoint
-    terminate = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    main_thread = threading.current_thread() is threading.main_thread()  # signals: its only
+    terminate = signal.signal(signal.SIGTERM, _terminate_as_interrupt) if main_thread else None
     try:
         return int(getattr(importlib.import_module(module), prefix)(args) or 0)
     except KeyboardInterrupt:
@@ -84,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         warnings.formatwarning = _python_format
-        signal.signal(signal.SIGTERM, terminate)
+        if terminate is not None:  # None also for a handler not set from Python: left
+            signal.signal(signal.SIGTERM, terminate)
 
 
 def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:

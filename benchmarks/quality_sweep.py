@@ -54,7 +54,7 @@ one with the fewest runs in flight (``CUDA_VISIBLE_DEVICES`` set per run; ``--pa
 counts them all): on 8 GPUs a sweep of 96 runs at once, 12 a GPU, takes the time one GPU
 takes for 12::
 
-    python benchmarks/quality_sweep.py .device/fox --recipes default,3dgs --gpus all \
+    python benchmarks/quality_sweep.py .device/fox --recipes default,3dgs --gpus all \\
         --parallel 96 --runs 24 --anchor .device/anchor/run.sh --out out/sweep8
 
 On a CPU (``GSNB_RUN_DEVICE=cpu GSNB_RUN_BACKEND=reference``), a tiny scene::

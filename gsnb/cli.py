@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.serve_viewer = serve_run
     module, prefix, _ = COMMANDS[args.command]
     args.started = started
-    warnings.formatwarning = _one_line_warning
+    python_format, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     # SIGTERM (kill, docker stop, a scheduler's preemption) as Ctrl-C: a training run stops
     # at the next step boundary and writes its checkpoint
     main_thread = threading.current_thread() is threading.main_thread()  # signals: its only
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
-        warnings.formatwarning = _python_format
+        warnings.formatwarning = python_format
         if terminate is not None:  # None also for a handler not set from Python: left
             signal.signal(signal.SIGTERM, terminate)
 

@@ -285,7 +285,11 @@ def _read_files(root: Path, downscale: int = 1) -> SceneFiles:
     if root.is_file():
         if root.suffix == ".json":
             return read_transforms_scene(root, downscale=downscale)
-        raise ValueError(f"{root} is {_not_a_dataset(root)}")
+        from gsnb.data.sfm.frames import is_video  # only on this error's path
+
+        if is_video(root):
+            raise ValueError(f"{root} is a video, not a posed dataset: {_process(root)}")
+        raise ValueError(f"{root} is a file but not a transforms.json; pass the dataset folder")
     model = find_colmap_model(root)
     if model is not None:
         return read_colmap_scene(root, model, downscale)
@@ -294,25 +298,22 @@ def _read_files(root: Path, downscale: int = 1) -> SceneFiles:
         return read_transforms_scene(*transforms, downscale=downscale)
     raise FileNotFoundError(
         f"no dataset found in {root}: expected a COLMAP model (sparse/0/cameras.bin or .txt) "
-        f"or a transforms.json{_not_a_dataset(root)}"
+        f"or a transforms.json{_photos_hint(root)}"
     )
 
 
-def _not_a_dataset(root: Path) -> str:
-    """What to do with ``root``, a file that is not a transforms.json or a folder without
-    cameras: ``gsnb process`` for a video or photos, else pass the dataset folder."""
-    from gsnb.data.sfm.frames import is_video, list_photos  # only on this error's path
+def _photos_hint(root: Path) -> str:
+    """For a folder without cameras that holds photos (or whose ``images/`` does): how to
+    find their cameras; else nothing."""
+    from gsnb.data.sfm.frames import list_photos  # only on this error's path
 
-    def process(source: Path) -> str:
-        return f"`gsnb process {source} --out SCENE` finds the cameras; then train on SCENE"
-
-    if root.is_file():
-        if is_video(root):
-            return f"a video, not a posed dataset: {process(root)}"
-        return "a file but not a transforms.json; pass the dataset folder"
     folders = [root, root / "images"] if root.is_dir() else []
     photos = next((f for f in folders if f.is_dir() and list_photos(f)), None)
-    return f"; it holds photos without cameras: {process(photos)}" if photos else ""
+    return f"; it holds photos without cameras: {_process(photos)}" if photos else ""
+
+
+def _process(source: Path) -> str:
+    return f"`gsnb process {source} --out SCENE` finds the cameras; then train on SCENE"
 
 
 def _test_ids(names: list[str], test_every: int, test_names: set[str] | None) -> list[int]:

@@ -78,8 +78,8 @@ def fetch(
         ['.complete', 'SOURCE.md', 'images', 'transforms.json']
     """
     sample = _sample(name)
-    if source is not None and not Path(source).exists():  # even when nothing is missing
-        raise FetchError(f"{source} does not exist; give a folder or a .zip/.tar archive")
+    if source is not None:  # checked even when nothing is missing
+        _existing(Path(source))
     target = Path(folder) if folder is not None else data_dir() / name
     if (target / DONE).is_file() and _sizes_match(sample, target):
         return target
@@ -160,7 +160,7 @@ def _download(
     digest: str,
     timeout: float,
     advance: Callable[[int], None],
-    name: str = "NAME",
+    name: str,
 ) -> None:
     """``url`` into ``path``: appended to ``path.part`` (resumed), checked, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,13 +255,18 @@ def _sample_root(root: Path, first: str) -> Path:
     return root
 
 
+def _existing(source: Path) -> Path:
+    """``source``, a copy of a sample the user gave, if it exists."""
+    if not source.exists():
+        raise FetchError(f"{source} does not exist; give a folder or a .zip/.tar archive")
+    return source
+
+
 class _unpacked:
     """A folder as it is, or an archive unpacked into a temporary folder (removed after)."""
 
     def __init__(self, source: Path) -> None:
-        if not source.exists():
-            raise FetchError(f"{source} does not exist; give a folder or a .zip/.tar archive")
-        self.source = source
+        self.source = _existing(source)
         self.tmp: tempfile.TemporaryDirectory[str] | None = None
 
     def __enter__(self) -> Path:

@@ -27,6 +27,7 @@ from gsnb._version import __version__
 from gsnb.model import GaussianModel
 from gsnb.train.config import TrainConfig
 from gsnb.train.inputs import ViewOrder
+from gsnb.train.optim import means_decay_steps
 from gsnb.train.strategy import Strategy, make_strategy
 from gsnb.train.strategy.default import THREE_DGS_SCHEDULE
 from gsnb.utils.atomic import atomic_write, make_temporary
@@ -399,11 +400,10 @@ def training_payload(
         10
     """
     order = view_order.state()
+    # "the strategy's choice" (-1) is recorded as the period it stands for now, so that a
+    # resume keeps the decay the run trained with if that choice changes later
     settings = config.to_dict()
-    if settings["lr_means_decay_steps"] < 0:
-        # "the strategy's choice" is recorded as the period it stands for now, so that a
-        # resume keeps the decay the run trained with if that choice changes later
-        settings["lr_means_decay_steps"] = int(strategy.lr_means_decay_steps)
+    settings["lr_means_decay_steps"] = means_decay_steps(config, strategy.lr_means_decay_steps)
     return {
         "gsnb_version": __version__,
         "step": int(step),

@@ -26,7 +26,7 @@ from gsnb.data.dataset import SceneDataset
 from gsnb.train.config import TrainConfig
 from gsnb.train.estimate import RunTimeEstimate, backend_text
 from gsnb.train.exported import exported_model
-from gsnb.train.knobs import as_options
+from gsnb.train.knobs import named_as_options
 from gsnb.train.options import (
     add_config_options,
     add_nproc_option,
@@ -406,10 +406,8 @@ def resume_run(
         for name in ("steps", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints")
         if getattr(args, name, None) is not None
     }
-    try:
+    with named_as_options():
         checked = dataclasses.replace(trainer.config, **given)  # the knobs' ranges apply
-    except ValueError as err:
-        raise as_options(err) from err
     if checked.steps < trainer.step_count:
         raise ValueError(
             f"--steps {checked.steps} is below the step the checkpoint holds "

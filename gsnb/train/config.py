@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from gsnb.train.knobs import as_options, check_fields, knob
+from gsnb.train.knobs import check_fields, knob, named_as_options
 
 
 @dataclass
@@ -253,7 +253,5 @@ class TrainConfig:
         """
         names = {f.name for f in dataclasses.fields(cls)}
         given = {k: v for k, v in vars(args).items() if k in names and v is not None}
-        try:
+        with named_as_options():
             return cls(**(dict(defaults or {}) | given | overrides))
-        except ValueError as err:  # named as the options were given
-            raise as_options(err) from err

@@ -10,10 +10,12 @@ validates a new value before it is queued.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,22 +208,29 @@ def check_value(k: Knob, value: Any) -> Any:
     return value
 
 
-def as_options(err: ValueError) -> ValueError:
-    """``err`` as a command line reads it: each ``knob name=value`` becomes ``--name value``
-    and each other ``knob name`` becomes ``--name``.
+@contextlib.contextmanager
+def named_as_options() -> Iterator[None]:
+    """Settings made from a command line's options: a ``ValueError`` raised in the block
+    names them as the command line does, each ``knob name=value`` as ``--name value`` and
+    each other ``knob name`` as ``--name``.
 
     Example:
-        >>> str(as_options(ValueError("knob downscale=0 is outside its range [1, inf]")))
-        '--downscale 0 is outside its range [1, inf]'
-        >>> str(as_options(ValueError("knob rasterize_mode takes one of ['classic']")))
-        "--rasterize-mode takes one of ['classic']"
+        >>> from gsnb.train.config import TrainConfig
+        >>> with named_as_options():
+        ...     TrainConfig(downscale=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: --downscale 0 is outside its range [1, inf]
     """
 
     def option(match: re.Match) -> str:
         name = "--" + match[1].replace("_", "-")
         return name if match[2] is None else f"{name} {match[2]}"
 
-    return ValueError(re.sub(r"\bknob (\w+)(?:=(\S+))?", option, str(err)))
+    try:
+        yield
+    except ValueError as err:
+        raise ValueError(re.sub(r"\bknob (\w+)(?:=(\S+))?", option, str(err))) from err
 
 
 def check_fields(obj: Any, group: str = "train") -> None:

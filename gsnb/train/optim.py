@@ -28,6 +28,19 @@ ADAM_EPS = 1e-15
 """Adam's epsilon, tiny as in the 3DGS code, since scales and SH gradients are small."""
 
 
+def means_decay_steps(config: TrainConfig, strategy_decay_steps: int) -> int:
+    """The means' decay period ``config`` sets: its ``lr_means_decay_steps``, or for a
+    negative one (the default) ``strategy_decay_steps``, the strategy's choice.
+
+    Example:
+        >>> means_decay_steps(TrainConfig(), 10_000), means_decay_steps(TrainConfig(
+        ...     lr_means_decay_steps=0), 10_000)
+        (10000, 0)
+    """
+    decay = config.lr_means_decay_steps
+    return int(strategy_decay_steps) if decay < 0 else decay
+
+
 def learning_rates(
     config: TrainConfig, step: int, extent: float, strategy_decay_steps: int = 0
 ) -> dict[str, float]:
@@ -54,9 +67,7 @@ def learning_rates(
         >>> round(learning_rates(cfg, 300, 1.0, strategy_decay_steps=100)["means"] / 1.6e-4, 6)
         1e-06
     """
-    decay = config.lr_means_decay_steps
-    if decay < 0:
-        decay = strategy_decay_steps
+    decay = means_decay_steps(config, strategy_decay_steps)
     horizon = config.steps
     if 0 < decay < config.steps:
         horizon = decay

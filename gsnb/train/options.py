@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gsnb.train.config import TrainConfig
-from gsnb.train.knobs import as_options, attribute_docs
+from gsnb.train.knobs import attribute_docs, named_as_options
 from gsnb.train.strategy import STRATEGIES, Strategy, make_strategy
 
 NOT_OPTIONS = ("data", "out_dir")
@@ -334,10 +334,8 @@ def strategy_from_args(args: argparse.Namespace, **defaults: Any) -> Strategy:
         >>> type(s).__name__, s.cap_max
         ('MCMCStrategy', 5000)
     """
-    try:
+    with named_as_options():
         return make_strategy(args.strategy, **(defaults | strategy_settings(args)))
-    except ValueError as err:  # named as the options were given
-        raise as_options(err) from err
 
 
 def strategy_argv(args: argparse.Namespace) -> list[str]:
